@@ -1,0 +1,169 @@
+//! `CDTarget`: a tenant's declaration of an Azure Pipelines agent pool and the destinations its
+//! agents may reach. A compatible superset of the seed operator's `cnad.gofound.nl/v1alpha1`
+//! CDTarget: every seed field keeps its name and meaning.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, LocalObjectReference, PodDNSConfig, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What a tenant asks for: agents, their scaling, and the egress destinations they need.
+///
+/// Fields are lenient when read (a missing required field becomes empty) so that validation can
+/// report every problem of a document at once; the CRD schema still marks them required.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cdtarget.io",
+    version = "v1alpha1",
+    kind = "CDTarget",
+    plural = "cdtargets",
+    singular = "cdtarget",
+    namespaced,
+    status = "CDTargetStatus",
+    shortname = "cdt",
+    shortname = "cdtargets",
+    derive = "Default",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CDTargetSpec {
+    /// Egress destinations of the agents: IPv4 or IPv6 addresses (`10.0.0.1`, `2001:db8::1`) or
+    /// CIDRs (`10.1.0.0/24`). An empty list means no tenant destinations, never "everywhere".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip: Vec<String>,
+
+    /// Extra labels put on every rendered object and on the agent pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub additional_selector: BTreeMap<String, String>,
+
+    /// The agent container image; must start with one of the policy's allowed prefixes.
+    #[serde(default)]
+    #[schemars(required)]
+    pub agent_image: String,
+
+    /// Compute resources of the agent container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_resources: Option<ResourceRequirements>,
+
+    /// Secrets used to pull the agent image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+
+    /// The fewest agents KEDA keeps (default 1: Azure DevOps fails queued jobs when a pool has
+    /// no agent at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replica_count: Option<i32>,
+
+    /// The most agents KEDA starts (default: the policy's ceiling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replica_count: Option<i32>,
+
+    /// Extra environment variables for the agent; a name cdtarget also sets replaces it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+
+    /// Name of a Secret with proxy settings (keys `PROXY_URL`, `PROXY_USER`, `PROXY_PW`,
+    /// `HTTP_PROXY`, `HTTPS_PROXY`, `FTP_PROXY`, `NO_PROXY`, all optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_ref: Option<String>,
+
+    /// Name of the Secret holding the Azure DevOps personal access token under key `AZP_TOKEN`.
+    #[serde(default)]
+    #[schemars(required)]
+    pub token_ref: String,
+
+    /// Name of a Secret whose every key is a PEM CA certificate the agents must trust.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert_ref: Option<String>,
+
+    /// Where and as what the agents register.
+    #[serde(default)]
+    #[schemars(required)]
+    pub config: AgentConfig,
+
+    /// KEDA `azure-pipelines` trigger metadata, merged over the rendered defaults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trigger_meta: BTreeMap<String, String>,
+
+    /// DNS policy of the agent pods (`ClusterFirst`, `ClusterFirstWithHostNet`, `Default`, `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_policy: Option<String>,
+
+    /// DNS settings of the agent pods; custom nameservers also get an egress rule on port 53.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_config: Option<PodDNSConfig>,
+}
+
+/// Registration settings of the agents (the seed's `config`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentConfig {
+    /// Organization or collection URL, e.g. `https://dev.azure.com/acme` (no trailing `/`).
+    #[serde(default)]
+    #[schemars(required)]
+    pub url: String,
+
+    /// Agent pool name as shown in Azure DevOps.
+    #[serde(default)]
+    #[schemars(required)]
+    pub pool_name: String,
+
+    /// Fixed agent name; only allowed when at most one agent runs (agents with one name evict
+    /// each other). Default: the pod name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+
+    /// Work directory of the agent (`AZP_WORK`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_dir: Option<String>,
+
+    /// MTU of container-job networks, passed as `AGENT_DOCKER_MTU_VALUE` (the variable the agent
+    /// reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu_value: Option<String>,
+}
+
+/// What the controller last did with a CDTarget.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CDTargetStatus {
+    /// The generation the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// kstatus conditions: `Ready`, `Reconciling`, `Stalled`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// What was rendered last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendered: Option<RenderedSummary>,
+}
+
+/// A summary of the children rendered for a CDTarget.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RenderedSummary {
+    /// Name of the egress NetworkPolicy.
+    pub network_policy: String,
+    /// Name of the agent Deployment.
+    pub deployment: String,
+    /// Name of the KEDA ScaledObject (absent when KEDA is not installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaled_object: Option<String>,
+    /// Name of the KEDA TriggerAuthentication (absent when KEDA is not installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_authentication: Option<String>,
+    /// Tenant destinations in canonical CIDR form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destinations: Vec<String>,
+    /// Digest of the referenced Secrets the agents were rendered with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_digest: Option<String>,
+}

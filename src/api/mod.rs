@@ -1,0 +1,24 @@
+//! The API types: the `cdtarget.io/v1alpha1` custom resources, the KEDA objects cdtarget renders,
+//! the cluster admin's policy document, and the labels and names shared by every module.
+
+pub mod cdtarget;
+pub mod keda;
+pub mod labels;
+pub mod names;
+pub mod policy;
+pub mod tenant_repository;
+
+pub use cdtarget::{AgentConfig, CDTarget, CDTargetSpec, CDTargetStatus, RenderedSummary};
+pub use policy::PolicyDocument;
+pub use tenant_repository::{TenantRepository, TenantRepositorySpec, TenantRepositoryStatus};
+
+/// The API group of cdtarget's own kinds.
+pub const GROUP: &str = "cdtarget.io";
+/// The served and stored version of cdtarget's own kinds.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of cdtarget's own kinds.
+pub const API_VERSION: &str = "cdtarget.io/v1alpha1";
+/// `apiVersion` of the seed operator's CDTarget, still accepted in tenant repositories.
+pub const LEGACY_API_VERSION: &str = "cnad.gofound.nl/v1alpha1";
+/// The field manager of every server-side apply cdtarget sends.
+pub const FIELD_MANAGER: &str = "cdtarget";

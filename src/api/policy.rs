@@ -1,0 +1,160 @@
+//! The cluster admin's policy document, as written (before validation, see [`crate::policy`]).
+//!
+//! Every field has a safe default, so an empty document — or no document — is a valid policy.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The guardrails every CDTarget is rendered within.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyDocument {
+    /// What agent pods may reach.
+    pub egress: EgressDocument,
+    /// Limits on the agents.
+    pub agents: AgentsDocument,
+}
+
+/// Egress guardrails.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EgressDocument {
+    /// Ports tenants' destinations are opened on.
+    pub ports: Vec<PortDocument>,
+    /// The broadest CIDR a tenant may ask for, per IP family.
+    pub min_prefix_length: MinPrefixLengthDocument,
+    /// Ranges no tenant destination may overlap.
+    pub forbidden: Vec<String>,
+    /// Allow UDP and TCP 53 to the cluster DNS pods.
+    pub dns: bool,
+    /// Where the cluster DNS pods run.
+    pub cluster_dns: ClusterDnsDocument,
+    /// Destinations every agent may reach, whatever its CDTarget says.
+    pub platform_targets: Vec<PlatformTargetDocument>,
+}
+
+impl Default for EgressDocument {
+    fn default() -> Self {
+        EgressDocument {
+            ports: [443, 22, 5986].into_iter().map(PortDocument::tcp).collect(),
+            min_prefix_length: MinPrefixLengthDocument::default(),
+            forbidden: vec!["169.254.0.0/16".into(), "fe80::/10".into()],
+            dns: true,
+            cluster_dns: ClusterDnsDocument::default(),
+            platform_targets: default_platform_targets(),
+        }
+    }
+}
+
+/// The Azure DevOps service ranges from Microsoft's current allow list, on 443.
+fn default_platform_targets() -> Vec<PlatformTargetDocument> {
+    [
+        "150.171.22.0/24",
+        "150.171.23.0/24",
+        "150.171.73.0/24",
+        "150.171.74.0/24",
+        "150.171.75.0/24",
+        "150.171.76.0/24",
+        "13.107.6.183/32",
+        "13.107.9.183/32",
+        "2620:1ec:50::/48",
+        "2620:1ec:51::/48",
+        "2603:1061:10::/48",
+    ]
+    .into_iter()
+    .map(|cidr| PlatformTargetDocument { cidr: cidr.into(), ports: vec![PortDocument::tcp(443)] })
+    .collect()
+}
+
+/// One allowed port (or port range).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortDocument {
+    /// Port number, 1–65535.
+    pub port: i64,
+    /// Last port of a range, inclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_port: Option<i64>,
+    /// `TCP` (default), `UDP` or `SCTP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+}
+
+impl PortDocument {
+    /// A single TCP port.
+    pub fn tcp(port: i64) -> Self {
+        PortDocument { port, end_port: None, protocol: None }
+    }
+}
+
+/// Minimum prefix lengths.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(default)]
+pub struct MinPrefixLengthDocument {
+    /// For IPv4 destinations (0–32); default 24.
+    pub ipv4: i64,
+    /// For IPv6 destinations (0–128); default 64.
+    pub ipv6: i64,
+}
+
+impl Default for MinPrefixLengthDocument {
+    fn default() -> Self {
+        MinPrefixLengthDocument { ipv4: 24, ipv6: 64 }
+    }
+}
+
+/// Selects the cluster DNS pods.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClusterDnsDocument {
+    /// Namespace of the DNS pods; default `kube-system`.
+    pub namespace: String,
+    /// Labels of the DNS pods; default `k8s-app: kube-dns`.
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+impl Default for ClusterDnsDocument {
+    fn default() -> Self {
+        ClusterDnsDocument {
+            namespace: "kube-system".into(),
+            pod_labels: BTreeMap::from([("k8s-app".into(), "kube-dns".into())]),
+        }
+    }
+}
+
+/// A destination every agent may reach.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlatformTargetDocument {
+    /// Address or CIDR.
+    pub cidr: String,
+    /// Ports opened to it.
+    pub ports: Vec<PortDocument>,
+}
+
+/// Limits on agents.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentsDocument {
+    /// Image prefixes agents may use, e.g. `ghcr.io/acme/`; empty allows any image.
+    pub allowed_image_prefixes: Vec<String>,
+    /// Ceiling for `maxReplicaCount`; default 10.
+    pub max_replicas: i64,
+    /// Grace period of agent pods, long enough for the longest job; default 3600.
+    pub termination_grace_period_seconds: i64,
+    /// User the agent runs as (never root); default 1000.
+    pub run_as_user: i64,
+}
+
+impl Default for AgentsDocument {
+    fn default() -> Self {
+        AgentsDocument {
+            allowed_image_prefixes: Vec::new(),
+            max_replicas: 10,
+            termination_grace_period_seconds: 3600,
+            run_as_user: 1000,
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! `TenantRepository`: the platform team's registration of one tenant Git repository.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Where a tenant's manifests live, where they go, and as whom they are applied.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cdtarget.io",
+    version = "v1alpha1",
+    kind = "TenantRepository",
+    plural = "tenantrepositories",
+    singular = "tenantrepository",
+    namespaced,
+    status = "TenantRepositoryStatus",
+    shortname = "trepo",
+    derive = "Default",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"URL","type":"string","jsonPath":".spec.url","priority":1}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision","priority":1}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantRepositorySpec {
+    /// Repository URL: `ssh://`, `https://`, `git://` or `file://`.
+    pub url: String,
+
+    /// What to check out; the default is the branch `main`.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<GitRef>,
+
+    /// Directory inside the repository holding the manifests (default: the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+
+    /// How often the repository is polled, as a Go duration (`30s`, `5m`, `1h`); default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub interval: Option<String>,
+
+    /// Upper bound on one fetch, as a Go duration; default `60s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+
+    /// Stop reconciling this registration; what is applied stays as it is.
+    #[serde(default)]
+    pub suspend: bool,
+
+    /// Secret with the Git credentials: `identity` (SSH private key), optional
+    /// `identity.passphrase`, `known_hosts`; or `username`/`password` or `bearerToken` for HTTPS,
+    /// with an optional `ca.crt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalSecretReference>,
+
+    /// The tenant namespace every document is applied into.
+    pub target_namespace: String,
+
+    /// The ServiceAccount in `targetNamespace` impersonated for every apply.
+    pub service_account_name: String,
+
+    /// Delete objects that left Git (only objects cdtarget applied itself); default true.
+    #[serde(default = "default_true")]
+    pub prune: bool,
+
+    /// Push notifications that trigger a sync at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookSpec>,
+
+    /// Let cdtarget register the deploy key and the webhook on GitLab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitlab: Option<GitLabSpec>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Exactly one of `branch`, `tag` or `commit`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitRef {
+    /// A branch name, e.g. `main`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// A tag name, e.g. `v1.2.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// A full commit SHA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// A reference to a Secret in the TenantRepository's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct LocalSecretReference {
+    /// Name of the Secret.
+    pub name: String,
+}
+
+/// How pushes are announced to the receiver.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookSpec {
+    /// How deliveries are verified.
+    #[serde(rename = "type")]
+    pub kind: WebhookType,
+    /// Secret with the webhook `token` (and, for GitLab, an optional `signingToken`).
+    pub secret_ref: LocalSecretReference,
+    /// Event types that trigger a sync; default `Push Hook` and `Tag Push Hook`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
+}
+
+/// Verification scheme of webhook deliveries.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum WebhookType {
+    /// `X-Gitlab-Token`, plus Standard Webhooks signatures when a signing token is set.
+    #[default]
+    Gitlab,
+    /// `X-Hub-Signature-256`.
+    Github,
+    /// `X-Signature: sha256=<hex>` over the body.
+    GenericHmac,
+    /// The unguessable path alone.
+    Generic,
+}
+
+/// GitLab project management for this registration.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitLabSpec {
+    /// Project path (`group/project`); derived from `url` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Register the read-only deploy key; default true.
+    #[serde(default = "default_true")]
+    pub manage_deploy_key: bool,
+    /// Register the project webhook; default true.
+    #[serde(default = "default_true")]
+    pub manage_webhook: bool,
+}
+
+/// What the controller last did with a registration.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantRepositoryStatus {
+    /// The generation the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Reconciling`, `Stalled`, `SourceReady`, `Applied`, `GitLabSynced`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The commit last fetched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fetched_revision: Option<String>,
+    /// The commit last applied in full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    /// Every object applied from the repository, so that what leaves Git can be pruned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<InventoryEntry>,
+    /// The receiver path for this registration: `/hook/<hex sha256(token + name + namespace)>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_path: Option<String>,
+    /// Ids of what cdtarget registered on GitLab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitlab: Option<GitLabStatus>,
+}
+
+/// One applied object.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryEntry {
+    /// `apiVersion` of the object.
+    pub api_version: String,
+    /// `kind` of the object.
+    pub kind: String,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// Name of the object.
+    pub name: String,
+}
+
+/// Ids of the deploy key and hook cdtarget owns on the GitLab project.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitLabStatus {
+    /// Numeric project id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<u64>,
+    /// Id of the deploy key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_key_id: Option<u64>,
+    /// Id of the project hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_id: Option<u64>,
+}

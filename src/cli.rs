@@ -1,0 +1,2 @@
+//! x
+pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
