@@ -1,2 +1,216 @@
-//! x
-pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
+//! The command line: `render`, `validate` and `crds`.
+
+use std::fs;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kube::CustomResourceExt;
+
+use crate::api::{CDTarget, TenantRepository};
+use crate::manifests::{self, ApplySet, Content, Limits};
+use crate::policy::{self, Policy};
+use crate::problem::Problem;
+use crate::render::{self, Scaling, SecretDigests};
+use crate::yaml::to_yaml;
+
+/// Largest policy file read, in bytes.
+const MAX_POLICY_BYTES: u64 = 1 << 20;
+
+/// cdtarget: tenants' Git repositories rendered into egress NetworkPolicies, Azure Pipelines
+/// agents and KEDA autoscalers, inside the guardrails the cluster admins set.
+#[derive(Debug, Parser)]
+#[command(name = "cdtarget", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the complete apply set of a tenant repository as multi-document YAML: the tenant's
+    /// documents plus the rendered children of every CDTarget. All or nothing: on any problem
+    /// nothing is printed on stdout and every problem goes to stderr.
+    Render(SourceArgs),
+    /// Check a tenant repository and print one line per problem
+    /// (`file:DOC: field: what is wrong`); exits non-zero when there is any.
+    Validate {
+        /// Where the manifests come from.
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Print the CustomResourceDefinitions of CDTarget and TenantRepository.
+    Crds,
+}
+
+/// The tenant repository and the platform settings it is rendered with.
+#[derive(Debug, clap::Args)]
+pub struct SourceArgs {
+    /// Directory holding the tenant's manifests.
+    pub dir: PathBuf,
+    /// The platform policy: a policy document, a ConfigMap with key `policy.yaml`, or the legacy
+    /// `cdtarget-ports` ConfigMap. Without it the documented defaults apply.
+    #[arg(long, env = "CDTARGET_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// The tenant namespace every object goes to.
+    #[arg(long, short = 'n', default_value = "default")]
+    pub namespace: String,
+    /// Largest YAML file read, in bytes.
+    #[arg(long, default_value_t = Limits::default().max_file_bytes)]
+    pub max_file_bytes: u64,
+    /// Largest total of YAML read, in bytes.
+    #[arg(long, default_value_t = Limits::default().max_total_bytes)]
+    pub max_total_bytes: u64,
+}
+
+/// Output format of `validate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// One line per problem.
+    Text,
+    /// One JSON object: `{"valid": bool, "documents": N, "cdtargets": N, "problems": [...]}`.
+    Json,
+}
+
+/// Runs the command line and maps the outcome to an exit code: 0 success, 1 problems found,
+/// 2 usage errors.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let stdout = io::stdout();
+    let stderr = io::stderr();
+    let result = match cli.command {
+        Command::Render(args) => render_command(&args, &mut BufWriter::new(stdout.lock()), &mut stderr.lock()),
+        Command::Validate { source, output } => validate_command(&source, output, &mut stdout.lock()),
+        Command::Crds => stdout.lock().write_all(crds_yaml().as_bytes()).map(|()| true),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cdtarget: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads the policy and the tree and loads the apply set, collecting every problem.
+pub fn load_source(args: &SourceArgs) -> Result<(Policy, ApplySet), Vec<Problem>> {
+    let policy = match &args.policy {
+        None => Ok(Policy::default()),
+        Some(path) => read_policy(path),
+    };
+    let limits = Limits { max_file_bytes: args.max_file_bytes, max_total_bytes: args.max_total_bytes };
+    let files = manifests::read_tree(&args.dir, &limits);
+    match (policy, files) {
+        (Ok(policy), Ok(files)) => manifests::load(files, &args.namespace, &policy).map(|set| (policy, set)),
+        (policy, files) => Err(policy.err().into_iter().chain(files.err()).flatten().collect()),
+    }
+}
+
+fn read_policy(path: &Path) -> Result<Policy, Vec<Problem>> {
+    let shown = path.display().to_string();
+    let fail = |message: String| vec![Problem::field("", message).located(&shown, None, None)];
+    let size = fs::metadata(path).map_err(|e| fail(format!("cannot read policy: {e}")))?.len();
+    if size > MAX_POLICY_BYTES {
+        return Err(fail(format!("is {size} bytes; a policy of at most {MAX_POLICY_BYTES} bytes is read")));
+    }
+    let text = fs::read_to_string(path).map_err(|e| fail(format!("cannot read policy: {e}")))?;
+    policy::parse(&text, &shown)
+}
+
+/// `cdtarget render`: writes the apply set, or every problem. Returns whether it rendered.
+pub fn render_command(args: &SourceArgs, out: &mut impl Write, err: &mut impl Write) -> io::Result<bool> {
+    match load_source(args) {
+        Ok((policy, set)) => {
+            write_apply_set(&set, &policy, &SecretDigests::new(), out)?;
+            out.flush()?;
+            Ok(true)
+        }
+        Err(problems) => {
+            for problem in problems {
+                writeln!(err, "{problem}")?;
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Writes the tenant's documents in apply order, then the children of every CDTarget.
+pub fn write_apply_set(set: &ApplySet, policy: &Policy, digests: &SecretDigests, out: &mut impl Write) -> io::Result<()> {
+    for document in &set.documents {
+        let text = match &document.content {
+            Content::CDTarget(target) => to_yaml(target.as_ref()),
+            Content::Object(value) => to_yaml(value),
+        };
+        write_document(out, &text)?;
+    }
+    for target in set.cdtargets() {
+        let children = render::render(target, policy, digests, Scaling::Keda)
+            .map_err(|_| io::Error::other("a CDTarget that passed validation failed to render"))?;
+        if let Some(auth) = &children.trigger_authentication {
+            write_document(out, &to_yaml(auth))?;
+        }
+        write_document(out, &to_yaml(&children.network_policy))?;
+        write_document(out, &to_yaml(&children.deployment))?;
+        if let Some(scaled) = &children.scaled_object {
+            write_document(out, &to_yaml(scaled))?;
+        }
+    }
+    Ok(())
+}
+
+fn write_document(out: &mut impl Write, text: &str) -> io::Result<()> {
+    out.write_all(b"---\n")?;
+    out.write_all(text.as_bytes())?;
+    if !text.ends_with('\n') {
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// `cdtarget validate`: reports every problem. Returns whether the tree is valid.
+pub fn validate_command(args: &SourceArgs, output: Output, out: &mut impl Write) -> io::Result<bool> {
+    let result = load_source(args);
+    let (documents, cdtargets, problems) = match &result {
+        Ok((_, set)) => (set.documents.len(), set.cdtargets().count(), Vec::new()),
+        Err(problems) => (0, 0, problems.clone()),
+    };
+    match output {
+        Output::Text if problems.is_empty() => writeln!(out, "valid: {documents} documents, {cdtargets} CDTargets")?,
+        Output::Text => {
+            for problem in &problems {
+                writeln!(out, "{problem}")?;
+            }
+        }
+        Output::Json => {
+            let report = serde_json::json!({
+                "valid": problems.is_empty(),
+                "documents": documents,
+                "cdtargets": cdtargets,
+                "problems": problems,
+            });
+            writeln!(out, "{report}")?;
+        }
+    }
+    Ok(problems.is_empty())
+}
+
+/// The CRDs, as (file name under `deploy/crds/`, YAML).
+pub fn crd_documents() -> Vec<(&'static str, String)> {
+    vec![
+        ("cdtarget.io_cdtargets.yaml", to_yaml(&CDTarget::crd())),
+        ("cdtarget.io_tenantrepositories.yaml", to_yaml(&TenantRepository::crd())),
+    ]
+}
+
+/// Every CRD as one multi-document YAML text.
+pub fn crds_yaml() -> String {
+    crd_documents().into_iter().map(|(_, yaml)| format!("---\n{yaml}")).collect()
+}

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "ScaledObject",
     namespaced,
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ScaledObjectSpec {
@@ -77,7 +78,8 @@ pub struct AuthenticationRef {
     version = "v1alpha1",
     kind = "TriggerAuthentication",
     namespaced,
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct TriggerAuthenticationSpec {

@@ -1,1 +1,364 @@
-//! x
+//! The manifests loader: a directory tree of YAML turned into the checked apply set of one
+//! tenant, every document keeping its file and position.
+//!
+//! [`read_tree`] is the only I/O; [`load`] is a pure function over the files it read.
+
+pub mod scope;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::api::{API_VERSION, CDTarget, LEGACY_API_VERSION, names};
+use crate::policy::Policy;
+use crate::problem::Problem;
+use crate::render::check_document;
+use crate::yaml;
+
+/// Bounds on what a tenant repository may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest YAML file, in bytes.
+    pub max_file_bytes: u64,
+    /// Largest sum of all YAML files, in bytes.
+    pub max_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_file_bytes: 4 << 20, max_total_bytes: 64 << 20 }
+    }
+}
+
+/// A YAML file read from the tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFile {
+    /// Path relative to the root, `/`-separated.
+    pub path: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// One object of the apply set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Document {
+    /// File it came from, relative to the root.
+    pub file: String,
+    /// 1-based position among the file's non-empty documents.
+    pub index: usize,
+    /// 1-based line where it starts.
+    pub line: usize,
+    /// The object, namespace set; for CDTargets, the typed object instead.
+    pub content: Content,
+}
+
+/// What a document holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Content {
+    /// A checked CDTarget (any accepted apiVersion, now `cdtarget.io/v1alpha1`).
+    CDTarget(Box<CDTarget>),
+    /// Any other namespaced object, as written apart from its namespace.
+    Object(Value),
+}
+
+impl Document {
+    /// `kind` of the object.
+    pub fn kind(&self) -> &str {
+        match &self.content {
+            Content::CDTarget(_) => "CDTarget",
+            Content::Object(v) => v.get("kind").and_then(Value::as_str).unwrap_or_default(),
+        }
+    }
+
+    /// `metadata.name` of the object.
+    pub fn name(&self) -> &str {
+        match &self.content {
+            Content::CDTarget(t) => t.metadata.name.as_deref().unwrap_or_default(),
+            Content::Object(v) => v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
+        }
+    }
+
+    fn group(&self) -> &str {
+        match &self.content {
+            Content::CDTarget(_) => crate::api::GROUP,
+            Content::Object(v) => group_of(v.get("apiVersion").and_then(Value::as_str).unwrap_or_default()),
+        }
+    }
+
+    /// Where the document is, for messages: `file:index`.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.file, self.index)
+    }
+}
+
+/// A tenant's checked documents, in apply order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ApplySet {
+    /// The documents, in the order they are applied.
+    pub documents: Vec<Document>,
+}
+
+impl ApplySet {
+    /// The CDTargets of the set.
+    pub fn cdtargets(&self) -> impl Iterator<Item = &CDTarget> {
+        self.documents.iter().filter_map(|d| match &d.content {
+            Content::CDTarget(t) => Some(t.as_ref()),
+            Content::Object(_) => None,
+        })
+    }
+}
+
+/// Reads every `.yaml`/`.yml` file under `root`, in sorted order. Hidden files and directories
+/// (`.git`, `.gitlab-ci.yml`) and other files are skipped; symlinks are read only when they point
+/// at a file inside the tree; the limits bound each file and the total.
+pub fn read_tree(root: &Path, limits: &Limits) -> Result<Vec<SourceFile>, Vec<Problem>> {
+    let root = fs::canonicalize(root)
+        .map_err(|e| vec![Problem::field("", format!("cannot read directory: {e}")).located(&root.display().to_string(), None, None)])?;
+    if !root.is_dir() {
+        return Err(vec![Problem::field("", "is not a directory").located(&root.display().to_string(), None, None)]);
+    }
+    let mut walk = TreeWalk { root: &root, limits, total: 0, files: Vec::new(), problems: Vec::new() };
+    walk.directory(&root);
+    if walk.problems.is_empty() { Ok(walk.files) } else { Err(walk.problems) }
+}
+
+struct TreeWalk<'a> {
+    root: &'a Path,
+    limits: &'a Limits,
+    total: u64,
+    files: Vec<SourceFile>,
+    problems: Vec<Problem>,
+}
+
+impl TreeWalk<'_> {
+    fn problem(&mut self, path: &Path, message: impl Into<String>) {
+        let shown = self.relative(path);
+        self.problems.push(Problem::field("", message).located(&shown, None, None));
+    }
+
+    fn relative(&self, path: &Path) -> String {
+        let relative = path.strip_prefix(self.root).unwrap_or(path);
+        relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
+    }
+
+    fn directory(&mut self, dir: &Path) {
+        let mut entries: Vec<PathBuf> = match fs::read_dir(dir) {
+            Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(e) => return self.problem(dir, format!("cannot read directory: {e}")),
+        };
+        entries.sort();
+        for path in entries {
+            let hidden = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if hidden {
+                continue;
+            }
+            let metadata = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.problem(&path, format!("cannot read: {e}"));
+                    continue;
+                }
+            };
+            if metadata.is_dir() {
+                self.directory(&path);
+            } else if is_yaml(&path) {
+                if metadata.file_type().is_symlink() {
+                    self.symlink(&path);
+                } else if metadata.is_file() {
+                    self.file(&path, &path, metadata.len());
+                }
+            } else if metadata.file_type().is_symlink() && fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
+                self.problem(&path, "is a symlink to a directory; symlinked directories are not followed, move the files instead");
+            }
+        }
+    }
+
+    fn symlink(&mut self, link: &Path) {
+        match fs::canonicalize(link) {
+            Ok(target) if !target.starts_with(self.root) => {
+                self.problem(link, "is a symlink that leaves the repository; only links to files inside it are read")
+            }
+            Ok(target) => match fs::metadata(&target) {
+                Ok(m) if m.is_file() => self.file(link, &target, m.len()),
+                _ => self.problem(link, "is a symlink to something other than a file; only links to files are read"),
+            },
+            Err(_) => self.problem(link, "is a broken symlink; point it at a file inside the repository or remove it"),
+        }
+    }
+
+    fn file(&mut self, shown: &Path, path: &Path, size: u64) {
+        if size > self.limits.max_file_bytes {
+            return self.problem(shown, format!("is {size} bytes; files of at most {} bytes are read", self.limits.max_file_bytes));
+        }
+        self.total += size;
+        if self.total > self.limits.max_total_bytes {
+            return self.problem(shown, format!("brings the YAML in the tree past the limit of {} bytes", self.limits.max_total_bytes));
+        }
+        match fs::read(path).map(String::from_utf8) {
+            Ok(Ok(text)) => {
+                let path = self.relative(shown);
+                self.files.push(SourceFile { path, text });
+            }
+            Ok(Err(_)) => self.problem(shown, "is not UTF-8 text"),
+            Err(e) => self.problem(shown, format!("cannot read: {e}")),
+        }
+    }
+}
+
+fn is_yaml(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// Parses and checks every document of `files` for `namespace` under `policy`, reporting every
+/// problem of every document at once. The result is all or nothing: one problem anywhere and no
+/// apply set is returned.
+pub fn load(files: Vec<SourceFile>, namespace: &str, policy: &Policy) -> Result<ApplySet, Vec<Problem>> {
+    let mut problems = Vec::new();
+    if let Err(e) = names::dns1123_label(namespace) {
+        problems.push(Problem::field("", format!("target namespace {e}")));
+    }
+    let mut documents = Vec::new();
+    for file in files {
+        let parsed = match yaml::parse_documents(&file.text) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                problems.push(Problem::field("", format!("not valid YAML: {}", e.message)).located(&file.path, None, e.line));
+                continue;
+            }
+        };
+        for doc in parsed {
+            let located = |p: Problem| p.located(&file.path, Some(doc.index), Some(doc.line));
+            match check_object(doc.value, namespace, policy) {
+                Ok(content) => documents.push(Document { file: file.path.clone(), index: doc.index, line: doc.line, content }),
+                Err(found) => problems.extend(found.into_iter().map(located)),
+            }
+        }
+    }
+    problems.extend(duplicates(&documents));
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    documents.sort_by(|a, b| {
+        (scope::apply_rank(a.kind()), a.kind(), a.name()).cmp(&(scope::apply_rank(b.kind()), b.kind(), b.name()))
+    });
+    Ok(ApplySet { documents })
+}
+
+/// Checks one document against the tenancy rules (and, for CDTargets, every CDTarget rule).
+fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Content, Vec<Problem>> {
+    let Some(object) = value.as_object_mut() else {
+        return Err(vec![Problem::field("", "expected a Kubernetes object (a mapping with apiVersion, kind and metadata)")]);
+    };
+    let mut problems = Vec::new();
+    let text = |key: &str| object.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    let api_version = text("apiVersion");
+    let kind = text("kind");
+    if api_version.is_none() {
+        problems.push(Problem::field("apiVersion", "is required; expected e.g. `v1` or `cdtarget.io/v1alpha1`"));
+    }
+    if kind.is_none() {
+        problems.push(Problem::field("kind", "is required; expected e.g. `ConfigMap` or `CDTarget`"));
+    }
+    let metadata = object.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+    let Some(metadata) = metadata.as_object_mut() else {
+        problems.push(Problem::field("metadata", "expected a mapping with at least `name`"));
+        return Err(problems);
+    };
+    match metadata.get("name") {
+        Some(Value::String(name)) if !name.is_empty() => {
+            if name.len() > names::MAX_SUBDOMAIN {
+                problems.push(Problem::field("metadata.name", format!("is {} characters long; at most 253 are allowed", name.len())));
+            }
+        }
+        _ if metadata.contains_key("generateName") => problems.push(Problem::field(
+            "metadata.generateName",
+            "generated names cannot be tracked from Git; set metadata.name instead",
+        )),
+        _ => problems.push(Problem::field("metadata.name", "is required; expected the object's name")),
+    }
+    match metadata.get("namespace") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(ns)) if ns == namespace => {}
+        Some(other) => problems.push(Problem::field(
+            "metadata.namespace",
+            format!(
+                "{} is not this tenant's namespace; every object goes to `{namespace}`: remove metadata.namespace or set it to `{namespace}`",
+                crate::schema_check::describe(other)
+            ),
+        )),
+    }
+    metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
+
+    let (Some(api_version), Some(kind)) = (api_version, kind) else { return Err(problems) };
+    let group = group_of(&api_version);
+    if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
+        problems.push(Problem::field("kind", "lists are not applied; write each object as its own document"));
+    } else if scope::is_cluster_scoped(group, &kind) {
+        problems.push(Problem::field(
+            "kind",
+            format!("{kind} is cluster-scoped; tenants may only apply namespaced objects into their namespace"),
+        ));
+    } else if group == "kustomize.config.k8s.io" {
+        problems.push(Problem::field(
+            "kind",
+            "kustomize files are not built; cdtarget applies plain manifests (remove the file or move it out of the synced path)",
+        ));
+    } else if kind == "CDTarget" && (group == crate::api::GROUP || group == "cnad.gofound.nl") {
+        if api_version != API_VERSION && api_version != LEGACY_API_VERSION {
+            problems.push(Problem::field(
+                "apiVersion",
+                format!("`{api_version}` is not served; expected `{API_VERSION}` (or the seed's `{LEGACY_API_VERSION}`)"),
+            ));
+            return Err(problems);
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        return check_document(&value, namespace, policy).map(|t| Content::CDTarget(Box::new(t)));
+    }
+    if problems.is_empty() { Ok(Content::Object(value)) } else { Err(problems) }
+}
+
+/// The same group/kind/name twice, among the tenant's documents or with a rendered child.
+fn duplicates(documents: &[Document]) -> Vec<Problem> {
+    let mut seen: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for doc in documents {
+        let key = (doc.group().to_owned(), doc.kind().to_owned(), doc.name().to_owned());
+        if let Some(first) = seen.get(&key) {
+            problems.push(
+                Problem::field("metadata.name", format!("{} `{}` is already defined at {first}; each object may be defined once", key.1, key.2))
+                    .located(&doc.file, Some(doc.index), Some(doc.line)),
+            );
+        } else {
+            seen.insert(key, doc.location());
+        }
+    }
+    for doc in documents {
+        let Content::CDTarget(target) = &doc.content else { continue };
+        for (group, kind) in RENDERED_KINDS {
+            let key = (group.to_owned(), kind.to_owned(), doc.name().to_owned());
+            if let Some(other) = seen.get(&key) {
+                let target_name = target.metadata.name.as_deref().unwrap_or_default();
+                problems.push(
+                    Problem::field(
+                        "metadata.name",
+                        format!("CDTarget `{target_name}` renders a {kind} of the same name, which {other} also defines; rename one of them"),
+                    )
+                    .located(&doc.file, Some(doc.index), Some(doc.line)),
+                );
+            }
+        }
+    }
+    problems
+}
+
+/// Kinds rendered for every CDTarget, under the CDTarget's name.
+const RENDERED_KINDS: [(&str, &str); 4] =
+    [("networking.k8s.io", "NetworkPolicy"), ("apps", "Deployment"), ("keda.sh", "ScaledObject"), ("keda.sh", "TriggerAuthentication")];

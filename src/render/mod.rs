@@ -1,1 +1,129 @@
-//! x
+//! The renderer: CDTarget + policy + referenced-secret digests → the four child objects.
+//!
+//! Pure functions only: no I/O and no client. [`validate`] checks everything first and every
+//! builder works from the resulting [`ValidTarget`], so rendering itself cannot fail.
+
+pub mod deployment;
+pub mod keda;
+pub mod network_policy;
+pub mod validate;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use sha2::{Digest, Sha256};
+
+use crate::api::keda::{ScaledObject, TriggerAuthentication};
+use crate::api::{CDTarget, labels};
+use crate::policy::Policy;
+use crate::problem::Problem;
+pub use validate::{ValidTarget, check_document, validate};
+
+/// The objects rendered for one CDTarget, in the order they are applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Children {
+    /// Credentials of the KEDA scaler (absent when KEDA is not used).
+    pub trigger_authentication: Option<TriggerAuthentication>,
+    /// Egress of the agent pods.
+    pub network_policy: NetworkPolicy,
+    /// The agents.
+    pub deployment: Deployment,
+    /// The autoscaler (absent when KEDA is not used).
+    pub scaled_object: Option<ScaledObject>,
+}
+
+/// How the agents are scaled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scaling {
+    /// By a KEDA ScaledObject; the Deployment leaves `replicas` to KEDA's HPA.
+    Keda,
+    /// KEDA is not installed: a plain Deployment at `minReplicaCount`.
+    Fixed,
+}
+
+/// Digests (hex SHA-256 of their data, see [`secret_digest`]) of the Secrets a CDTarget
+/// references, by Secret name. A missing entry means the content is unknown (offline render).
+pub type SecretDigests = BTreeMap<String, String>;
+
+/// Checks `target` against `policy` and renders its children.
+pub fn render(target: &CDTarget, policy: &Policy, digests: &SecretDigests, scaling: Scaling) -> Result<Children, Vec<Problem>> {
+    let valid = validate(target, policy)?;
+    Ok(children(&valid, policy, digests, scaling))
+}
+
+/// Renders the children of an already validated CDTarget.
+pub fn children(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDigests, scaling: Scaling) -> Children {
+    let keda = scaling == Scaling::Keda;
+    Children {
+        trigger_authentication: keda.then(|| keda::trigger_authentication(valid)),
+        network_policy: network_policy::network_policy(valid, policy),
+        deployment: deployment::deployment(valid, policy, digests, scaling),
+        scaled_object: keda.then(|| keda::scaled_object(valid)),
+    }
+}
+
+/// Digest of a Secret's data: SHA-256 over its keys and values in key order.
+pub fn secret_digest(data: &BTreeMap<String, ByteString>) -> String {
+    let mut hasher = Sha256::new();
+    for (key, value) in data {
+        hasher.update((key.len() as u64).to_be_bytes());
+        hasher.update(key.as_bytes());
+        hasher.update((value.0.len() as u64).to_be_bytes());
+        hasher.update(&value.0);
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// Names of the Secrets the agent pods read, in a fixed order: token, proxy, CA.
+pub fn referenced_secrets(target: &CDTarget) -> Vec<&str> {
+    let spec = &target.spec;
+    [Some(&spec.token_ref), spec.proxy_ref.as_ref(), spec.ca_cert_ref.as_ref()].into_iter().flatten().map(String::as_str).collect()
+}
+
+/// One digest over every referenced Secret's digest; a rotated PAT, proxy or CA changes it and
+/// so rolls the agents.
+pub fn secrets_digest(target: &CDTarget, digests: &SecretDigests) -> String {
+    let mut hasher = Sha256::new();
+    for name in referenced_secrets(target) {
+        let digest = digests.get(name).map_or("unknown", String::as_str);
+        hasher.update(format!("{name}={digest}\n").as_bytes());
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// Labels on every rendered object: the tenant's `additionalSelector` plus cdtarget's own.
+pub fn object_labels(valid: &ValidTarget<'_>) -> BTreeMap<String, String> {
+    let mut labels = valid.spec().additional_selector.clone();
+    labels.extend(selector_labels(valid));
+    labels.insert(labels::APP_NAME.into(), labels::APP_NAME_VALUE.into());
+    labels.insert(labels::APP_INSTANCE.into(), valid.name.into());
+    labels.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());
+    labels
+}
+
+/// The label that selects exactly this CDTarget's agent pods. The selector never includes the
+/// tenant's labels: a Deployment's selector is immutable, and a shared selector would let two
+/// CDTargets select each other's pods (seed defect 21).
+pub fn selector_labels(valid: &ValidTarget<'_>) -> BTreeMap<String, String> {
+    BTreeMap::from([(labels::CDTARGET.into(), valid.name.into())])
+}
+
+/// Metadata of a child named `name`: namespace, labels and, when the CDTarget came from the
+/// cluster (it has a uid), a controller owner reference.
+pub fn child_metadata(valid: &ValidTarget<'_>, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(valid.namespace.to_owned()),
+        labels: Some(object_labels(valid)),
+        owner_references: owner_reference(valid.target).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn owner_reference(target: &CDTarget) -> Option<OwnerReference> {
+    target.controller_owner_ref(&())
+}
