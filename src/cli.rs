@@ -143,7 +143,12 @@ pub fn render_command(args: &SourceArgs, out: &mut impl Write, err: &mut impl Wr
 }
 
 /// Writes the tenant's documents in apply order, then the children of every CDTarget.
-pub fn write_apply_set(set: &ApplySet, policy: &Policy, digests: &SecretDigests, out: &mut impl Write) -> io::Result<()> {
+pub fn write_apply_set(
+    set: &ApplySet,
+    policy: &Policy,
+    digests: &SecretDigests,
+    out: &mut impl Write,
+) -> io::Result<()> {
     for document in &set.documents {
         let text = match &document.content {
             Content::CDTarget(target) => to_yaml(target.as_ref()),

@@ -28,13 +28,7 @@ pub struct Problem {
 impl Problem {
     /// A problem with `field`, not yet located in a file.
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Problem {
-            file: None,
-            document: None,
-            line: None,
-            field: field.into(),
-            message: message.into(),
-        }
+        Problem { file: None, document: None, line: None, field: field.into(), message: message.into() }
     }
 
     /// Places the problem in a file (and, when known, a document and its starting line).

@@ -28,11 +28,8 @@ fn check_into(root: &Value, schema: &Value, value: &Value, path: &str, out: &mut
         return;
     }
     if let Some(alternatives) = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array) {
-        let best = alternatives
-            .iter()
-            .map(|alt| check(root, alt, value, path))
-            .min_by_key(Vec::len)
-            .unwrap_or_default();
+        let best =
+            alternatives.iter().map(|alt| check(root, alt, value, path)).min_by_key(Vec::len).unwrap_or_default();
         out.extend(best);
         return;
     }
@@ -47,17 +44,17 @@ fn check_into(root: &Value, schema: &Value, value: &Value, path: &str, out: &mut
         }
         return;
     }
-    if let Some(expected) = expected_type(schema) {
-        if !type_matches(expected, value) {
-            out.push(Problem::field(path, format!("expected {}, got {}", article(expected), describe(value))));
-            return;
-        }
+    if let Some(expected) = expected_type(schema)
+        && !type_matches(expected, value)
+    {
+        out.push(Problem::field(path, format!("expected {}, got {}", article(expected), describe(value))));
+        return;
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
-            out.push(Problem::field(path, format!("{} is not allowed; accepted: {}", describe(value), list.join(", "))));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
+        out.push(Problem::field(path, format!("{} is not allowed; accepted: {}", describe(value), list.join(", "))));
     }
     if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
         return;
@@ -95,7 +92,8 @@ fn check_object(
                 // Without `properties` and `additionalProperties` the schema says nothing.
                 None if properties.is_none() => {}
                 _ => {
-                    let known: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+                    let known: Vec<&str> =
+                        properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
                     out.push(Problem::field(child_path, unknown_field_message(key, &known)));
                 }
             }
@@ -179,7 +177,9 @@ pub fn describe(value: &Value) -> String {
         Value::Null => "nothing (null)".into(),
         Value::Bool(b) => format!("a boolean ({b})"),
         Value::Number(n) => format!("a number ({n})"),
-        Value::String(s) if s.chars().count() > 40 => format!("a string (\"{}…\")", s.chars().take(40).collect::<String>()),
+        Value::String(s) if s.chars().count() > 40 => {
+            format!("a string (\"{}…\")", s.chars().take(40).collect::<String>())
+        }
         Value::String(s) => format!("a string (\"{s}\")"),
         Value::Array(_) => "a list".into(),
         Value::Object(_) => "a mapping".into(),

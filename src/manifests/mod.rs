@@ -114,8 +114,9 @@ impl ApplySet {
 /// (`.git`, `.gitlab-ci.yml`) and other files are skipped; symlinks are read only when they point
 /// at a file inside the tree; the limits bound each file and the total.
 pub fn read_tree(root: &Path, limits: &Limits) -> Result<Vec<SourceFile>, Vec<Problem>> {
-    let root = fs::canonicalize(root)
-        .map_err(|e| vec![Problem::field("", format!("cannot read directory: {e}")).located(&root.display().to_string(), None, None)])?;
+    let root = fs::canonicalize(root).map_err(|e| {
+        vec![Problem::field("", format!("cannot read directory: {e}")).located(&root.display().to_string(), None, None)]
+    })?;
     if !root.is_dir() {
         return Err(vec![Problem::field("", "is not a directory").located(&root.display().to_string(), None, None)]);
     }
@@ -170,7 +171,10 @@ impl TreeWalk<'_> {
                     self.file(&path, &path, metadata.len());
                 }
             } else if metadata.file_type().is_symlink() && fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
-                self.problem(&path, "is a symlink to a directory; symlinked directories are not followed, move the files instead");
+                self.problem(
+                    &path,
+                    "is a symlink to a directory; symlinked directories are not followed, move the files instead",
+                );
             }
         }
     }
@@ -190,11 +194,17 @@ impl TreeWalk<'_> {
 
     fn file(&mut self, shown: &Path, path: &Path, size: u64) {
         if size > self.limits.max_file_bytes {
-            return self.problem(shown, format!("is {size} bytes; files of at most {} bytes are read", self.limits.max_file_bytes));
+            return self.problem(
+                shown,
+                format!("is {size} bytes; files of at most {} bytes are read", self.limits.max_file_bytes),
+            );
         }
         self.total += size;
         if self.total > self.limits.max_total_bytes {
-            return self.problem(shown, format!("brings the YAML in the tree past the limit of {} bytes", self.limits.max_total_bytes));
+            return self.problem(
+                shown,
+                format!("brings the YAML in the tree past the limit of {} bytes", self.limits.max_total_bytes),
+            );
         }
         match fs::read(path).map(String::from_utf8) {
             Ok(Ok(text)) => {
@@ -228,14 +238,18 @@ pub fn load(files: Vec<SourceFile>, namespace: &str, policy: &Policy) -> Result<
         let parsed = match yaml::parse_documents(&file.text) {
             Ok(parsed) => parsed,
             Err(e) => {
-                problems.push(Problem::field("", format!("not valid YAML: {}", e.message)).located(&file.path, None, e.line));
+                problems.push(
+                    Problem::field("", format!("not valid YAML: {}", e.message)).located(&file.path, None, e.line),
+                );
                 continue;
             }
         };
         for doc in parsed {
             let located = |p: Problem| p.located(&file.path, Some(doc.index), Some(doc.line));
             match check_object(doc.value, namespace, policy) {
-                Ok(content) => documents.push(Document { file: file.path.clone(), index: doc.index, line: doc.line, content }),
+                Ok(content) => {
+                    documents.push(Document { file: file.path.clone(), index: doc.index, line: doc.line, content })
+                }
                 Err(found) => problems.extend(found.into_iter().map(located)),
             }
         }
@@ -253,7 +267,10 @@ pub fn load(files: Vec<SourceFile>, namespace: &str, policy: &Policy) -> Result<
 /// Checks one document against the tenancy rules (and, for CDTargets, every CDTarget rule).
 fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Content, Vec<Problem>> {
     let Some(object) = value.as_object_mut() else {
-        return Err(vec![Problem::field("", "expected a Kubernetes object (a mapping with apiVersion, kind and metadata)")]);
+        return Err(vec![Problem::field(
+            "",
+            "expected a Kubernetes object (a mapping with apiVersion, kind and metadata)",
+        )]);
     };
     let mut problems = Vec::new();
     let text = |key: &str| object.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
@@ -273,7 +290,10 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
     match metadata.get("name") {
         Some(Value::String(name)) if !name.is_empty() => {
             if name.len() > names::MAX_SUBDOMAIN {
-                problems.push(Problem::field("metadata.name", format!("is {} characters long; at most 253 are allowed", name.len())));
+                problems.push(Problem::field(
+                    "metadata.name",
+                    format!("is {} characters long; at most 253 are allowed", name.len()),
+                ));
             }
         }
         _ if metadata.contains_key("generateName") => problems.push(Problem::field(
@@ -313,7 +333,9 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
         if api_version != API_VERSION && api_version != LEGACY_API_VERSION {
             problems.push(Problem::field(
                 "apiVersion",
-                format!("`{api_version}` is not served; expected `{API_VERSION}` (or the seed's `{LEGACY_API_VERSION}`)"),
+                format!(
+                    "`{api_version}` is not served; expected `{API_VERSION}` (or the seed's `{LEGACY_API_VERSION}`)"
+                ),
             ));
             return Err(problems);
         }
@@ -333,8 +355,11 @@ fn duplicates(documents: &[Document]) -> Vec<Problem> {
         let key = (doc.group().to_owned(), doc.kind().to_owned(), doc.name().to_owned());
         if let Some(first) = seen.get(&key) {
             problems.push(
-                Problem::field("metadata.name", format!("{} `{}` is already defined at {first}; each object may be defined once", key.1, key.2))
-                    .located(&doc.file, Some(doc.index), Some(doc.line)),
+                Problem::field(
+                    "metadata.name",
+                    format!("{} `{}` is already defined at {first}; each object may be defined once", key.1, key.2),
+                )
+                .located(&doc.file, Some(doc.index), Some(doc.line)),
             );
         } else {
             seen.insert(key, doc.location());
@@ -360,5 +385,9 @@ fn duplicates(documents: &[Document]) -> Vec<Problem> {
 }
 
 /// Kinds rendered for every CDTarget, under the CDTarget's name.
-const RENDERED_KINDS: [(&str, &str); 4] =
-    [("networking.k8s.io", "NetworkPolicy"), ("apps", "Deployment"), ("keda.sh", "ScaledObject"), ("keda.sh", "TriggerAuthentication")];
+const RENDERED_KINDS: [(&str, &str); 4] = [
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("apps", "Deployment"),
+    ("keda.sh", "ScaledObject"),
+    ("keda.sh", "TriggerAuthentication"),
+];

@@ -28,10 +28,10 @@ pub fn parse(input: &str) -> Result<IpNet, String> {
         })?;
         IpNet::from(addr)
     };
-    if let IpNet::V6(v6) = net {
-        if let Some(v4) = v6.addr().to_ipv4_mapped() {
-            return Err(format!("`{input}` is an IPv4-mapped IPv6 address; write the IPv4 address `{v4}` instead"));
-        }
+    if let IpNet::V6(v6) = net
+        && let Some(v4) = v6.addr().to_ipv4_mapped()
+    {
+        return Err(format!("`{input}` is an IPv4-mapped IPv6 address; write the IPv4 address `{v4}` instead"));
     }
     Ok(net)
 }

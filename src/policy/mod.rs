@@ -104,17 +104,17 @@ pub fn parse(text: &str, file: &str) -> Result<Policy, Vec<Problem>> {
     let located = |problems: Vec<Problem>, line: Option<usize>| -> Vec<Problem> {
         problems.into_iter().map(|p| p.located(file, Some(1), line)).collect()
     };
-    let documents = yaml::parse_documents(text).map_err(|e| {
-        vec![Problem::field("", format!("not valid YAML: {}", e.message)).located(file, None, e.line)]
-    })?;
+    let documents = yaml::parse_documents(text)
+        .map_err(|e| vec![Problem::field("", format!("not valid YAML: {}", e.message)).located(file, None, e.line)])?;
     let (value, line) = match documents.as_slice() {
         [] => return Ok(Policy::default()),
         [one] => (&one.value, Some(one.line)),
         [_, second, ..] => {
-            return Err(vec![
-                Problem::field("", "a policy file holds exactly one YAML document")
-                    .located(file, Some(second.index), Some(second.line)),
-            ]);
+            return Err(vec![Problem::field("", "a policy file holds exactly one YAML document").located(
+                file,
+                Some(second.index),
+                Some(second.line),
+            )]);
         }
     };
     from_value(value).map_err(|p| located(p, line))
@@ -125,10 +125,10 @@ pub fn from_value(value: &Value) -> Result<Policy, Vec<Problem>> {
     if value.get("kind").and_then(Value::as_str) == Some("ConfigMap") {
         return from_config_map(value);
     }
-    if let Some(Value::String(ports)) = value.get("ports") {
-        if value.as_object().is_some_and(|m| m.len() == 1) {
-            return from_legacy_ports(ports).map_err(|p| p.into_iter().map(|p| p.under("ports")).collect());
-        }
+    if let Some(Value::String(ports)) = value.get("ports")
+        && value.as_object().is_some_and(|m| m.len() == 1)
+    {
+        return from_legacy_ports(ports).map_err(|p| p.into_iter().map(|p| p.under("ports")).collect());
     }
     from_document_value(value)
 }
@@ -139,8 +139,8 @@ pub fn from_config_map(value: &Value) -> Result<Policy, Vec<Problem>> {
     let entry = |key: &str| data.and_then(|d| d.get(key)).and_then(Value::as_str);
     if let Some(text) = entry("policy.yaml") {
         let field = "data[policy.yaml]";
-        let inner = yaml::parse_one(text)
-            .map_err(|e| vec![Problem::field(field, format!("not valid YAML: {}", e.message))])?;
+        let inner =
+            yaml::parse_one(text).map_err(|e| vec![Problem::field(field, format!("not valid YAML: {}", e.message))])?;
         return from_document_value(&inner).map_err(|p| p.into_iter().map(|p| p.under(field)).collect());
     }
     if let Some(text) = entry("ports") {
@@ -182,9 +182,8 @@ pub fn from_legacy_ports(text: &str) -> Result<Policy, Vec<Problem>> {
 fn document_schema() -> &'static Value {
     static SCHEMA: OnceLock<Value> = OnceLock::new();
     SCHEMA.get_or_init(|| {
-        let generator = schemars::generate::SchemaSettings::openapi3()
-            .with(|s| s.inline_subschemas = true)
-            .into_generator();
+        let generator =
+            schemars::generate::SchemaSettings::openapi3().with(|s| s.inline_subschemas = true).into_generator();
         serde_json::to_value(generator.into_root_schema_for::<PolicyDocument>()).expect("schema is JSON")
     })
 }
@@ -214,11 +213,17 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
 
     let min_prefix_v4 = u8::try_from(egress.min_prefix_length.ipv4).ok().filter(|p| *p <= 32);
     if min_prefix_v4.is_none() {
-        problems.push("egress.minPrefixLength.ipv4", format!("{} is out of range; expected 0–32", egress.min_prefix_length.ipv4));
+        problems.push(
+            "egress.minPrefixLength.ipv4",
+            format!("{} is out of range; expected 0–32", egress.min_prefix_length.ipv4),
+        );
     }
     let min_prefix_v6 = u8::try_from(egress.min_prefix_length.ipv6).ok().filter(|p| *p <= 128);
     if min_prefix_v6.is_none() {
-        problems.push("egress.minPrefixLength.ipv6", format!("{} is out of range; expected 0–128", egress.min_prefix_length.ipv6));
+        problems.push(
+            "egress.minPrefixLength.ipv6",
+            format!("{} is out of range; expected 0–128", egress.min_prefix_length.ipv6),
+        );
     }
 
     let mut forbidden = Vec::new();
@@ -250,7 +255,10 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
         let field = format!("egress.platformTargets[{i}]");
         let cidr = cidr::parse(&target.cidr).map_err(|e| problems.push(format!("{field}.cidr"), e));
         if target.ports.is_empty() {
-            problems.push(format!("{field}.ports"), "must list at least one port; a target without ports would open every port");
+            problems.push(
+                format!("{field}.ports"),
+                "must list at least one port; a target without ports would open every port",
+            );
         }
         let ports = check_ports(&target.ports, &format!("{field}.ports"), &mut problems);
         if let Ok(cidr) = cidr {
@@ -260,12 +268,18 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
 
     for (i, prefix) in agents.allowed_image_prefixes.iter().enumerate() {
         if prefix.trim().is_empty() || prefix.chars().any(char::is_whitespace) {
-            problems.push(format!("agents.allowedImagePrefixes[{i}]"), "must be a non-empty image prefix without spaces, such as `ghcr.io/acme/`");
+            problems.push(
+                format!("agents.allowedImagePrefixes[{i}]"),
+                "must be a non-empty image prefix without spaces, such as `ghcr.io/acme/`",
+            );
         }
     }
     let max_replicas = i32::try_from(agents.max_replicas).ok().filter(|m| *m >= 1);
     if max_replicas.is_none() {
-        problems.push("agents.maxReplicas", format!("{} is out of range; expected a positive integer", agents.max_replicas));
+        problems.push(
+            "agents.maxReplicas",
+            format!("{} is out of range; expected a positive integer", agents.max_replicas),
+        );
     }
     if agents.termination_grace_period_seconds < 0 {
         problems.push("agents.terminationGracePeriodSeconds", "must not be negative; expected seconds, e.g. 3600");
@@ -298,25 +312,27 @@ fn check_ports(ports: &[PortDocument], field: &str, problems: &mut Problems) -> 
             problems.push(format!("{field}.port"), format!("{} is not a port; expected 1–65535", document.port));
         }
         let end_port = match document.end_port {
-            None => Ok(None),
+            None => Some(None),
             Some(end) => match (u16::try_from(end).ok(), port) {
-                (Some(end), Some(start)) if end >= start => Ok(Some(end)),
-                _ => Err(problems.push(
-                    format!("{field}.endPort"),
-                    format!("{end} is not a valid end of range; expected a port from `port` up to 65535"),
-                )),
+                (Some(end), Some(start)) if end >= start => Some(Some(end)),
+                _ => {
+                    let message = format!("{end} is not a valid end of range; expected a port from `port` up to 65535");
+                    problems.push(format!("{field}.endPort"), message);
+                    None
+                }
             },
         };
         let protocol = match document.protocol.as_deref() {
-            None | Some("TCP") => Ok(Protocol::Tcp),
-            Some("UDP") => Ok(Protocol::Udp),
-            Some("SCTP") => Ok(Protocol::Sctp),
-            Some(other) => Err(problems.push(
-                format!("{field}.protocol"),
-                format!("`{other}` is not a protocol; expected TCP, UDP or SCTP (upper case)"),
-            )),
+            None | Some("TCP") => Some(Protocol::Tcp),
+            Some("UDP") => Some(Protocol::Udp),
+            Some("SCTP") => Some(Protocol::Sctp),
+            Some(other) => {
+                let message = format!("`{other}` is not a protocol; expected TCP, UDP or SCTP (upper case)");
+                problems.push(format!("{field}.protocol"), message);
+                None
+            }
         };
-        if let (Some(port), Ok(end_port), Ok(protocol)) = (port, end_port, protocol) {
+        if let (Some(port), Some(end_port), Some(protocol)) = (port, end_port, protocol) {
             let port = Port { protocol, port, end_port };
             if !checked.contains(&port) {
                 checked.push(port);
@@ -380,7 +396,8 @@ agents:
 
     #[test]
     fn legacy_config_map_is_read() {
-        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cdtarget-ports}\ndata:\n  ports: |\n    443\n    8443\n";
+        let text =
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cdtarget-ports}\ndata:\n  ports: |\n    443\n    8443\n";
         let policy = parse(text, "ports.yaml").unwrap();
         let ports: Vec<u16> = policy.ports.iter().map(|p| p.port).collect();
         assert_eq!(ports, [443, 8443]);

@@ -45,7 +45,8 @@ const PROXY_VARIABLES: &[(&str, &str)] = &[
 ];
 
 /// Variables pointing tools at the combined CA bundle.
-const CA_VARIABLES: &[&str] = &["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"];
+const CA_VARIABLES: &[&str] =
+    &["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"];
 
 /// Builds the bundle without root: the image's system store (when it has one) plus every key of
 /// the tenant's CA Secret, into an emptyDir (seed defect 13).
@@ -79,7 +80,10 @@ pub fn deployment(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDige
             command: Some(vec!["/bin/sh".into(), "-c".into(), CA_BUNDLE_SCRIPT.into()]),
             resources: spec.agent_resources.clone(),
             security_context: Some(container_security_context()),
-            volume_mounts: Some(vec![mount("tenant-ca", TENANT_CA_DIR), VolumeMount { read_only: None, ..mount("ca-bundle", CA_BUNDLE_DIR) }]),
+            volume_mounts: Some(vec![
+                mount("tenant-ca", TENANT_CA_DIR),
+                VolumeMount { read_only: None, ..mount("ca-bundle", CA_BUNDLE_DIR) },
+            ]),
             ..Container::default()
         }]
     });
@@ -103,7 +107,10 @@ pub fn deployment(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDige
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
-                    annotations: Some(BTreeMap::from([(labels::SECRETS_DIGEST.into(), secrets_digest(valid.target, digests))])),
+                    annotations: Some(BTreeMap::from([(
+                        labels::SECRETS_DIGEST.into(),
+                        secrets_digest(valid.target, digests),
+                    )])),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -121,7 +128,10 @@ pub fn deployment(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDige
                         run_as_user: Some(policy.run_as_user),
                         run_as_group: Some(policy.run_as_user),
                         fs_group: Some(policy.run_as_user),
-                        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            localhost_profile: None,
+                        }),
                         ..PodSecurityContext::default()
                     }),
                     ..PodSpec::default()
@@ -173,7 +183,11 @@ fn secret_key(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
         name: name.into(),
         value: None,
         value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector { name: secret.into(), key: key.into(), optional: optional.then_some(true) }),
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: optional.then_some(true),
+            }),
             ..EnvVarSource::default()
         }),
     }

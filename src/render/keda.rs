@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use super::{ValidTarget, child_metadata};
 use crate::api::keda::{
-    AuthenticationRef, ScaleTargetRef, ScaleTrigger, ScaledObject, ScaledObjectSpec, SecretTargetRef, TriggerAuthentication,
-    TriggerAuthenticationSpec,
+    AuthenticationRef, ScaleTargetRef, ScaleTrigger, ScaledObject, ScaledObjectSpec, SecretTargetRef,
+    TriggerAuthentication, TriggerAuthenticationSpec,
 };
 
 /// Key of the personal access token in the token Secret.

@@ -50,7 +50,12 @@ pub enum Scaling {
 pub type SecretDigests = BTreeMap<String, String>;
 
 /// Checks `target` against `policy` and renders its children.
-pub fn render(target: &CDTarget, policy: &Policy, digests: &SecretDigests, scaling: Scaling) -> Result<Children, Vec<Problem>> {
+pub fn render(
+    target: &CDTarget,
+    policy: &Policy,
+    digests: &SecretDigests,
+    scaling: Scaling,
+) -> Result<Children, Vec<Problem>> {
     let valid = validate(target, policy)?;
     Ok(children(&valid, policy, digests, scaling))
 }
@@ -81,7 +86,11 @@ pub fn secret_digest(data: &BTreeMap<String, ByteString>) -> String {
 /// Names of the Secrets the agent pods read, in a fixed order: token, proxy, CA.
 pub fn referenced_secrets(target: &CDTarget) -> Vec<&str> {
     let spec = &target.spec;
-    [Some(&spec.token_ref), spec.proxy_ref.as_ref(), spec.ca_cert_ref.as_ref()].into_iter().flatten().map(String::as_str).collect()
+    [Some(&spec.token_ref), spec.proxy_ref.as_ref(), spec.ca_cert_ref.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect()
 }
 
 /// One digest over every referenced Secret's digest; a rotated PAT, proxy or CA changes it and

@@ -38,7 +38,10 @@ pub fn network_policy(valid: &ValidTarget<'_>, policy: &Policy) -> NetworkPolicy
 
 fn dns_rules(valid: &ValidTarget<'_>, policy: &Policy) -> Vec<NetworkPolicyEgressRule> {
     let Some(dns) = &policy.cluster_dns else { return Vec::new() };
-    let dns_ports = [Port { protocol: Protocol::Udp, port: 53, end_port: None }, Port { protocol: Protocol::Tcp, port: 53, end_port: None }];
+    let dns_ports = [
+        Port { protocol: Protocol::Udp, port: 53, end_port: None },
+        Port { protocol: Protocol::Tcp, port: 53, end_port: None },
+    ];
     let mut rules = Vec::new();
     // With dnsPolicy None or Default the pods never ask the cluster DNS.
     if !matches!(valid.spec().dns_policy.as_deref(), Some("None" | "Default")) {
@@ -67,7 +70,11 @@ fn platform_rules(policy: &Policy) -> Vec<NetworkPolicyEgressRule> {
             None => by_ports.push((&target.ports, vec![target.cidr])),
         }
     }
-    by_ports.into_iter().filter(|(ports, _)| !ports.is_empty()).map(|(ports, cidrs)| rule(ip_peers(&cidrs), ports)).collect()
+    by_ports
+        .into_iter()
+        .filter(|(ports, _)| !ports.is_empty())
+        .map(|(ports, cidrs)| rule(ip_peers(&cidrs), ports))
+        .collect()
 }
 
 fn ip_peers(networks: &[IpNet]) -> Vec<NetworkPolicyPeer> {

@@ -137,7 +137,8 @@ pub fn check_document(value: &Value, namespace: &str, policy: &Policy) -> Result
     target.metadata.annotations = string_map("annotations");
 
     if let Err(semantic) = validate(&target, policy) {
-        problems.extend(semantic.into_iter().filter(|p| top_level_spec_key(&p.field).is_none_or(|k| !broken.contains(&k))));
+        problems
+            .extend(semantic.into_iter().filter(|p| top_level_spec_key(&p.field).is_none_or(|k| !broken.contains(&k))));
     }
     if problems.is_empty() { Ok(target) } else { Err(problems) }
 }
@@ -194,7 +195,10 @@ fn check_destinations(ips: &[String], policy: &Policy, problems: &mut Problems) 
             continue;
         }
         if let Some(forbidden) = policy.forbidden.iter().find(|f| cidr::overlaps(&net, f)) {
-            problems.push(&field, format!("`{text}` overlaps the forbidden range {forbidden}; choose a destination outside it"));
+            problems.push(
+                &field,
+                format!("`{text}` overlaps the forbidden range {forbidden}; choose a destination outside it"),
+            );
             continue;
         }
         if !destinations.contains(&net) {
@@ -208,7 +212,8 @@ fn check_selector(selector: &BTreeMap<String, String>, problems: &mut Problems) 
     for (key, value) in selector {
         let field = format!("spec.additionalSelector.{key}");
         if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| key.starts_with(*p)) {
-            problems.push(field, format!("label keys starting with `{prefix}` are set by cdtarget; choose another key"));
+            problems
+                .push(field, format!("label keys starting with `{prefix}` are set by cdtarget; choose another key"));
         } else if let Err(e) = names::label_key(key).and_then(|()| names::label_value(value)) {
             problems.push(field, e);
         }
@@ -221,8 +226,16 @@ fn check_image(image: &str, policy: &Policy, problems: &mut Problems) {
         problems.push(FIELD, "is required; expected an image reference such as `ghcr.io/acme/azp-agent:4.255.0`");
     } else if image.chars().any(char::is_whitespace) {
         problems.push(FIELD, format!("`{image}` contains whitespace; expected an image reference"));
-    } else if !policy.allowed_image_prefixes.is_empty() && !policy.allowed_image_prefixes.iter().any(|p| image.starts_with(p.as_str())) {
-        problems.push(FIELD, format!("`{image}` is not allowed; images must start with one of: {}", policy.allowed_image_prefixes.join(", ")));
+    } else if !policy.allowed_image_prefixes.is_empty()
+        && !policy.allowed_image_prefixes.iter().any(|p| image.starts_with(p.as_str()))
+    {
+        problems.push(
+            FIELD,
+            format!(
+                "`{image}` is not allowed; images must start with one of: {}",
+                policy.allowed_image_prefixes.join(", ")
+            ),
+        );
     }
 }
 
@@ -237,11 +250,15 @@ fn check_replicas(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems)
         problems.push("spec.maxReplicaCount", format!("{max} is too small; expected at least 1"));
     }
     if min > max {
-        problems.push("spec.minReplicaCount", format!("{min} is greater than maxReplicaCount {max}; expected minReplicaCount ≤ maxReplicaCount"));
+        problems.push(
+            "spec.minReplicaCount",
+            format!("{min} is greater than maxReplicaCount {max}; expected minReplicaCount ≤ maxReplicaCount"),
+        );
     }
     if max > ceiling {
         let field = if spec.max_replica_count.is_some() { "spec.maxReplicaCount" } else { "spec.minReplicaCount" };
-        problems.push(field, format!("{max} exceeds the platform ceiling of {ceiling} agents; expected at most {ceiling}"));
+        problems
+            .push(field, format!("{max} exceeds the platform ceiling of {ceiling} agents; expected at most {ceiling}"));
     }
     (min, max)
 }
@@ -251,7 +268,13 @@ fn check_env(spec: &CDTargetSpec, problems: &mut Problems) {
     for (i, var) in spec.env.iter().enumerate() {
         let field = format!("spec.env[{i}].name");
         if var.name.is_empty() || var.name.contains('=') || !var.name.bytes().all(|b| b.is_ascii_graphic()) {
-            problems.push(field, format!("`{}` is not a valid variable name; expected printable characters without '=' or spaces", var.name));
+            problems.push(
+                field,
+                format!(
+                    "`{}` is not a valid variable name; expected printable characters without '=' or spaces",
+                    var.name
+                ),
+            );
         } else if !seen.insert(var.name.as_str()) {
             problems.push(field, format!("`{}` is set twice; each variable may appear once", var.name));
         }
@@ -266,7 +289,9 @@ fn check_secret_ref(field: &str, name: Option<&String>, required: bool, problems
             }
         }
         _ if required => problems.push(field, "is required; expected the name of the Secret holding key AZP_TOKEN"),
-        Some(_) => problems.push(field, "must not be empty; expected the name of a Secret in this namespace, or leave it out"),
+        Some(_) => {
+            problems.push(field, "must not be empty; expected the name of a Secret in this namespace, or leave it out")
+        }
         None => {}
     }
 }
@@ -290,10 +315,13 @@ fn check_config(spec: &CDTargetSpec, max_replicas: i32, problems: &mut Problems)
     if config.work_dir.as_deref().is_some_and(|w| w.trim().is_empty()) {
         problems.push("spec.config.workDir", "must not be empty; leave it out for the agent's default `_work`");
     }
-    if let Some(mtu) = &config.mtu_value {
-        if !mtu.parse::<u32>().is_ok_and(|m| (68..=65535).contains(&m)) {
-            problems.push("spec.config.mtuValue", format!("`{mtu}` is not an MTU; expected a number from 68 to 65535, e.g. \"1400\""));
-        }
+    if let Some(mtu) = &config.mtu_value
+        && !mtu.parse::<u32>().is_ok_and(|m| (68..=65535).contains(&m))
+    {
+        problems.push(
+            "spec.config.mtuValue",
+            format!("`{mtu}` is not an MTU; expected a number from 68 to 65535, e.g. \"1400\""),
+        );
     }
 }
 
@@ -303,7 +331,13 @@ fn check_url(field: &str, url: &str, problems: &mut Problems) {
     } else if !(url.starts_with("https://") || url.starts_with("http://")) || url.chars().any(char::is_whitespace) {
         problems.push(field, format!("`{url}` is not an http(s) URL; expected e.g. `https://dev.azure.com/acme`"));
     } else if url.ends_with('/') {
-        problems.push(field, format!("`{url}` ends with '/'; KEDA takes the organization from the last path segment, write `{}`", url.trim_end_matches('/')));
+        problems.push(
+            field,
+            format!(
+                "`{url}` ends with '/'; KEDA takes the organization from the last path segment, write `{}`",
+                url.trim_end_matches('/')
+            ),
+        );
     }
 }
 
@@ -312,7 +346,10 @@ fn check_trigger_meta(meta: &BTreeMap<String, String>, problems: &mut Problems) 
     for (key, value) in meta {
         let field = format!("spec.triggerMeta.{key}");
         let Some((_, kind)) = TRIGGER_META.iter().find(|(k, _)| k == key) else {
-            problems.push(field, schema_check::unknown_field_message(key, &known).replace("field", "azure-pipelines trigger key"));
+            problems.push(
+                field,
+                schema_check::unknown_field_message(key, &known).replace("field", "azure-pipelines trigger key"),
+            );
             continue;
         };
         match kind {
@@ -324,7 +361,10 @@ fn check_trigger_meta(meta: &BTreeMap<String, String>, problems: &mut Problems) 
                 }
             }
             MetaKind::Boolean => {
-                if !matches!(value.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True" | "0" | "f" | "F" | "FALSE" | "false" | "False") {
+                if !matches!(
+                    value.as_str(),
+                    "1" | "t" | "T" | "TRUE" | "true" | "True" | "0" | "f" | "F" | "FALSE" | "false" | "False"
+                ) {
                     problems.push(field, format!("`{value}` is not a boolean; expected \"true\" or \"false\""));
                 }
             }
@@ -333,7 +373,10 @@ fn check_trigger_meta(meta: &BTreeMap<String, String>, problems: &mut Problems) 
     if meta.contains_key("jobsToFetch") {
         for conflicting in ["parent", "fetchUnfinishedJobsOnly"] {
             if meta.contains_key(conflicting) {
-                problems.push("spec.triggerMeta.jobsToFetch", format!("cannot be combined with `{conflicting}` (KEDA rejects the pair); remove one of them"));
+                problems.push(
+                    "spec.triggerMeta.jobsToFetch",
+                    format!("cannot be combined with `{conflicting}` (KEDA rejects the pair); remove one of them"),
+                );
             }
         }
     }
@@ -341,14 +384,20 @@ fn check_trigger_meta(meta: &BTreeMap<String, String>, problems: &mut Problems) 
 
 fn check_dns(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> Vec<IpNet> {
     const POLICIES: [&str; 4] = ["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"];
-    if let Some(dns_policy) = &spec.dns_policy {
-        if !POLICIES.contains(&dns_policy.as_str()) {
-            problems.push("spec.dnsPolicy", format!("`{dns_policy}` is not a DNS policy; expected one of {}", POLICIES.join(", ")));
-        }
+    if let Some(dns_policy) = &spec.dns_policy
+        && !POLICIES.contains(&dns_policy.as_str())
+    {
+        problems.push(
+            "spec.dnsPolicy",
+            format!("`{dns_policy}` is not a DNS policy; expected one of {}", POLICIES.join(", ")),
+        );
     }
     let listed = spec.dns_config.as_ref().and_then(|c| c.nameservers.as_ref()).map(Vec::as_slice).unwrap_or_default();
     if spec.dns_policy.as_deref() == Some("None") && listed.is_empty() {
-        problems.push("spec.dnsConfig.nameservers", "dnsPolicy None needs at least one nameserver; list them or choose another dnsPolicy");
+        problems.push(
+            "spec.dnsConfig.nameservers",
+            "dnsPolicy None needs at least one nameserver; list them or choose another dnsPolicy",
+        );
     }
     let mut nameservers = Vec::new();
     for (i, text) in listed.iter().enumerate() {
@@ -358,7 +407,10 @@ fn check_dns(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> V
             Ok(addr) => {
                 let net = IpNet::from(addr);
                 match policy.forbidden.iter().find(|f| cidr::overlaps(&net, f)) {
-                    Some(forbidden) => problems.push(field, format!("`{text}` is in the forbidden range {forbidden}; choose another nameserver")),
+                    Some(forbidden) => problems.push(
+                        field,
+                        format!("`{text}` is in the forbidden range {forbidden}; choose another nameserver"),
+                    ),
                     None => nameservers.push(net),
                 }
             }

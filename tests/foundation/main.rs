@@ -1,0 +1,12 @@
+//! Foundation tests: the API types and CRDs, the platform policy, the renderer, the manifests
+//! loader and the `render` / `validate` / `crds` commands. One test binary for the whole area
+//! (each extra binary links the whole dependency tree again).
+
+mod bad_input;
+mod cli;
+mod crds;
+mod defects;
+mod golden;
+mod keda_schema;
+mod properties;
+mod support;
