@@ -46,7 +46,12 @@ pub enum Command {
         output: Output,
     },
     /// Print the CustomResourceDefinitions of CDTarget and TenantRepository.
-    Crds,
+    Crds {
+        /// Write one file per CRD into this directory (as committed under `deploy/crds/`)
+        /// instead of printing them.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+    },
 }
 
 /// The tenant repository and the platform settings it is rendered with.
@@ -87,7 +92,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Render(args) => render_command(&args, &mut BufWriter::new(stdout.lock()), &mut stderr.lock()),
         Command::Validate { source, output } => validate_command(&source, output, &mut stdout.lock()),
-        Command::Crds => stdout.lock().write_all(crds_yaml().as_bytes()).map(|()| true),
+        Command::Crds { output_dir: None } => stdout.lock().write_all(crds_yaml().as_bytes()).map(|()| true),
+        Command::Crds { output_dir: Some(dir) } => write_crds(&dir).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -213,6 +219,14 @@ pub fn crd_documents() -> Vec<(&'static str, String)> {
         ("cdtarget.io_cdtargets.yaml", to_yaml(&CDTarget::crd())),
         ("cdtarget.io_tenantrepositories.yaml", to_yaml(&TenantRepository::crd())),
     ]
+}
+
+fn write_crds(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    for (file, yaml) in crd_documents() {
+        fs::write(dir.join(file), yaml)?;
+    }
+    Ok(())
 }
 
 /// Every CRD as one multi-document YAML text.

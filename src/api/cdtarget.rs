@@ -11,9 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// What a tenant asks for: agents, their scaling, and the egress destinations they need.
-///
-/// Fields are lenient when read (a missing required field becomes empty) so that validation can
-/// report every problem of a document at once; the CRD schema still marks them required.
+// Fields are lenient when read (a missing required field becomes empty) so that validation can
+// report every problem of a document at once; the CRD schema still marks them required.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cdtarget.io",
@@ -24,7 +23,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "CDTargetStatus",
     shortname = "cdt",
-    shortname = "cdtargets",
+    doc = "A tenant's Azure Pipelines agents and the egress destinations they need.",
     derive = "Default",
     derive = "PartialEq",
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -32,6 +31,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = require_spec_fields)]
 pub struct CDTargetSpec {
     /// Egress destinations of the agents: IPv4 or IPv6 addresses (`10.0.0.1`, `2001:db8::1`) or
     /// CIDRs (`10.1.0.0/24`). An empty list means no tenant destinations, never "everywhere".
@@ -44,7 +44,6 @@ pub struct CDTargetSpec {
 
     /// The agent container image; must start with one of the policy's allowed prefixes.
     #[serde(default)]
-    #[schemars(required)]
     pub agent_image: String,
 
     /// Compute resources of the agent container.
@@ -75,7 +74,6 @@ pub struct CDTargetSpec {
 
     /// Name of the Secret holding the Azure DevOps personal access token under key `AZP_TOKEN`.
     #[serde(default)]
-    #[schemars(required)]
     pub token_ref: String,
 
     /// Name of a Secret whose every key is a PEM CA certificate the agents must trust.
@@ -84,7 +82,6 @@ pub struct CDTargetSpec {
 
     /// Where and as what the agents register.
     #[serde(default)]
-    #[schemars(required)]
     pub config: AgentConfig,
 
     /// KEDA `azure-pipelines` trigger metadata, merged over the rendered defaults.
@@ -103,15 +100,14 @@ pub struct CDTargetSpec {
 /// Registration settings of the agents (the seed's `config`).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = require_config_fields)]
 pub struct AgentConfig {
     /// Organization or collection URL, e.g. `https://dev.azure.com/acme` (no trailing `/`).
     #[serde(default)]
-    #[schemars(required)]
     pub url: String,
 
     /// Agent pool name as shown in Azure DevOps.
     #[serde(default)]
-    #[schemars(required)]
     pub pool_name: String,
 
     /// Fixed agent name; only allowed when at most one agent runs (agents with one name evict
@@ -166,4 +162,20 @@ pub struct RenderedSummary {
     /// Digest of the referenced Secrets the agents were rendered with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_digest: Option<String>,
+}
+
+fn require_spec_fields(schema: &mut schemars::Schema) {
+    require(schema, &["agentImage", "tokenRef", "config"]);
+}
+
+fn require_config_fields(schema: &mut schemars::Schema) {
+    require(schema, &["url", "poolName"]);
+}
+
+/// Marks fields required in the CRD while serde still reads them leniently.
+fn require(schema: &mut schemars::Schema, fields: &[&str]) {
+    let required = schema.ensure_object().entry("required").or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if let serde_json::Value::Array(list) = required {
+        list.extend(fields.iter().map(|f| serde_json::Value::String((*f).to_owned())));
+    }
 }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "TenantRepositoryStatus",
     shortname = "trepo",
+    doc = "A tenant Git repository registered by the platform team, and how it is applied.",
     derive = "Default",
     derive = "PartialEq",
     printcolumn = r#"{"name":"URL","type":"string","jsonPath":".spec.url","priority":1}"#,

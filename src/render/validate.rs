@@ -92,6 +92,13 @@ pub fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<ValidTarget
     check_secret_ref("spec.caCertRef", spec.ca_cert_ref.as_ref(), false, &mut problems);
     check_config(spec, max_replicas, &mut problems);
     check_trigger_meta(&spec.trigger_meta, &mut problems);
+    if min_replicas == 0 && !spec.trigger_meta.contains_key("parent") {
+        // Azure DevOps fails queued jobs at once when the pool has no agent at all (seed defect 24).
+        problems.push(
+            "spec.minReplicaCount",
+            "0 scales the pool to no agent, and Azure DevOps then fails queued jobs at once; register a placeholder agent and name it in triggerMeta.parent, or set minReplicaCount: 1",
+        );
+    }
     let nameservers = check_dns(spec, policy, &mut problems);
 
     problems.finish(ValidTarget { target, name, namespace, destinations, nameservers, min_replicas, max_replicas })
@@ -346,10 +353,11 @@ fn check_trigger_meta(meta: &BTreeMap<String, String>, problems: &mut Problems) 
     for (key, value) in meta {
         let field = format!("spec.triggerMeta.{key}");
         let Some((_, kind)) = TRIGGER_META.iter().find(|(k, _)| k == key) else {
-            problems.push(
-                field,
-                schema_check::unknown_field_message(key, &known).replace("field", "azure-pipelines trigger key"),
-            );
+            // Only the message's own wording changes: the key quoted in it may contain "field".
+            let message = schema_check::unknown_field_message(key, &known);
+            let (head, accepted) = message.rsplit_once("; accepted fields: ").unwrap_or((&message, ""));
+            let head = head.replacen("unknown field", "unknown azure-pipelines trigger key", 1);
+            problems.push(field, format!("{head}; accepted azure-pipelines trigger keys: {accepted}"));
             continue;
         };
         match kind {

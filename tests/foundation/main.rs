@@ -10,3 +10,4 @@ mod golden;
 mod keda_schema;
 mod properties;
 mod support;
+mod tree;
