@@ -3,6 +3,7 @@
 //!
 //! [`read_tree`] is the only I/O; [`load`] is a pure function over the files it read.
 
+mod metadata;
 pub mod scope;
 
 use std::collections::BTreeMap;
@@ -287,32 +288,7 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
         problems.push(Problem::field("metadata", "expected a mapping with at least `name`"));
         return Err(problems);
     };
-    match metadata.get("name") {
-        Some(Value::String(name)) if !name.is_empty() => {
-            if name.len() > names::MAX_SUBDOMAIN {
-                problems.push(Problem::field(
-                    "metadata.name",
-                    format!("is {} characters long; at most 253 are allowed", name.len()),
-                ));
-            }
-        }
-        _ if metadata.contains_key("generateName") => problems.push(Problem::field(
-            "metadata.generateName",
-            "generated names cannot be tracked from Git; set metadata.name instead",
-        )),
-        _ => problems.push(Problem::field("metadata.name", "is required; expected the object's name")),
-    }
-    match metadata.get("namespace") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(ns)) if ns == namespace => {}
-        Some(other) => problems.push(Problem::field(
-            "metadata.namespace",
-            format!(
-                "{} is not this tenant's namespace; every object goes to `{namespace}`: remove metadata.namespace or set it to `{namespace}`",
-                crate::schema_check::describe(other)
-            ),
-        )),
-    }
+    problems.extend(metadata::check(metadata, kind.as_deref(), namespace));
     metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
 
     let (Some(api_version), Some(kind)) = (api_version, kind) else { return Err(problems) };

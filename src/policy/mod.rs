@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::api::names;
 use crate::api::policy::{PolicyDocument, PortDocument};
-use crate::problem::{Problem, Problems};
+use crate::problem::{Problem, Problems, join_path};
 use crate::{schema_check, yaml};
 
 /// A checked policy. Build it with [`parse`], [`from_document`] or [`Policy::default`].
@@ -194,13 +194,48 @@ pub fn from_document_value(value: &Value) -> Result<Policy, Vec<Problem>> {
         return Ok(Policy::default());
     }
     let schema = document_schema();
-    let structural = schema_check::check(schema, schema, value, "");
+    let mut structural = schema_check::check(schema, schema, value, "");
+    missing_required(schema, value, "", &mut structural);
     if !structural.is_empty() {
         return Err(structural);
     }
     let document: PolicyDocument =
         serde_json::from_value(value.clone()).map_err(|e| vec![Problem::field("", e.to_string())])?;
     from_document(&document)
+}
+
+/// Reports every field the (inlined) document schema requires but `value` leaves out, with the
+/// field's path and description, instead of a path-less deserialisation error.
+fn missing_required(schema: &Value, value: &Value, path: &str, out: &mut Vec<Problem>) {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    match value {
+        Value::Object(map) => {
+            let required = schema.get("required").and_then(Value::as_array).into_iter().flatten();
+            for key in required.filter_map(Value::as_str) {
+                if !map.contains_key(key) {
+                    let description = properties
+                        .and_then(|p| p.get(key))
+                        .and_then(|p| p.get("description"))
+                        .and_then(Value::as_str)
+                        .map_or(String::new(), |d| format!(" ({})", d.trim_end_matches('.')));
+                    out.push(Problem::field(join_path(path, key), format!("is required{description}")));
+                }
+            }
+            for (key, child) in map {
+                if let Some(property) = properties.and_then(|p| p.get(key)) {
+                    missing_required(property, child, &join_path(path, key), out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    missing_required(item_schema, item, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Checks every value of a policy document and reports all problems at once.
@@ -253,7 +288,11 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
     let mut platform_targets = Vec::new();
     for (i, target) in egress.platform_targets.iter().enumerate() {
         let field = format!("egress.platformTargets[{i}]");
-        let cidr = cidr::parse(&target.cidr).map_err(|e| problems.push(format!("{field}.cidr"), e));
+        let cidr = match cidr::parse(&target.cidr) {
+            Ok(net) if cidr::is_everything(&net) => Err("is every address; platform targets name specific networks".into()),
+            parsed => parsed,
+        };
+        let cidr = cidr.map_err(|e| problems.push(format!("{field}.cidr"), e));
         if target.ports.is_empty() {
             problems.push(
                 format!("{field}.ports"),

@@ -61,19 +61,22 @@ fn dns_rules(valid: &ValidTarget<'_>, policy: &Policy) -> Vec<NetworkPolicyEgres
     rules
 }
 
-/// One rule per distinct port set, holding every platform target with that set.
+/// One rule per distinct port set (order ignored), holding every platform target with that set,
+/// in the order the policy lists them.
 fn platform_rules(policy: &Policy) -> Vec<NetworkPolicyEgressRule> {
-    let mut by_ports: Vec<(&[Port], Vec<IpNet>)> = Vec::new();
+    let mut by_ports: Vec<(Vec<Port>, Vec<IpNet>)> = Vec::new();
     for target in &policy.platform_targets {
-        match by_ports.iter_mut().find(|(ports, _)| *ports == target.ports.as_slice()) {
+        let mut ports = target.ports.clone();
+        ports.sort();
+        match by_ports.iter_mut().find(|(set, _)| *set == ports) {
             Some((_, cidrs)) => cidrs.push(target.cidr),
-            None => by_ports.push((&target.ports, vec![target.cidr])),
+            None => by_ports.push((ports, vec![target.cidr])),
         }
     }
     by_ports
         .into_iter()
         .filter(|(ports, _)| !ports.is_empty())
-        .map(|(ports, cidrs)| rule(ip_peers(&cidrs), ports))
+        .map(|(ports, cidrs)| rule(ip_peers(&cidrs), &ports))
         .collect()
 }
 

@@ -190,6 +190,10 @@ fn check_destinations(ips: &[String], policy: &Policy, problems: &mut Problems) 
                 continue;
             }
         };
+        if cidr::is_everything(&net) {
+            problems.push(&field, format!("`{text}` is every address; name the destinations the agents need"));
+            continue;
+        }
         let (family, minimum) = match net {
             IpNet::V4(_) => ("IPv4", policy.min_prefix_v4),
             IpNet::V6(_) => ("IPv6", policy.min_prefix_v6),

@@ -1,1 +1,495 @@
-//! properties
+//! Property tests: address and CIDR parsing, and the invariants of every rendered egress
+//! NetworkPolicy.
+//!
+//! Expected values are computed here from plain integers (masks, intervals and the standard
+//! library's address formatting), not with the code under test.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use cdtarget::api::policy::{MinPrefixLengthDocument, PlatformTargetDocument, PolicyDocument, PortDocument};
+use cdtarget::api::{AgentConfig, CDTarget, CDTargetSpec};
+use cdtarget::policy::{self, Policy, cidr};
+use cdtarget::render::{self, Scaling, SecretDigests};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyEgressRule};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------------------------------------
+// A network as plain integers.
+
+/// An IPv4 (`v6 == false`, address in the low 32 bits) or IPv6 network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Net {
+    v6: bool,
+    /// The network address: host bits are always zero.
+    addr: u128,
+    prefix: u8,
+}
+
+impl Net {
+    /// The network of `addr` with `prefix`, host bits cleared.
+    fn new(v6: bool, addr: u128, prefix: u8) -> Net {
+        let bits = if v6 { 128 } else { 32 };
+        assert!(prefix <= bits);
+        let addr = if v6 { addr } else { addr & u128::from(u32::MAX) };
+        Net { v6, addr: addr & !host_mask(bits, prefix), prefix }
+    }
+
+    fn bits(&self) -> u8 {
+        if self.v6 { 128 } else { 32 }
+    }
+
+    fn first(&self) -> u128 {
+        self.addr
+    }
+
+    fn last(&self) -> u128 {
+        self.addr | host_mask(self.bits(), self.prefix)
+    }
+
+    fn ip(&self) -> IpAddr {
+        if self.v6 { IpAddr::V6(Ipv6Addr::from(self.addr)) } else { IpAddr::V4(Ipv4Addr::from(self.addr as u32)) }
+    }
+
+    /// `address/prefix`, with the standard library's canonical address text (RFC 5952 for IPv6).
+    fn canonical(&self) -> String {
+        format!("{}/{}", self.ip(), self.prefix)
+    }
+
+    fn overlaps(&self, other: &Net) -> bool {
+        self.v6 == other.v6 && self.first() <= other.last() && other.first() <= self.last()
+    }
+
+    /// In `::ffff:0:0/96`, which the parser rejects (write the IPv4 address instead).
+    fn is_v4_mapped(&self) -> bool {
+        self.v6 && self.addr >> 32 == 0xffff
+    }
+
+    fn ipnet(&self) -> IpNet {
+        match self.ip() {
+            IpAddr::V4(a) => IpNet::V4(Ipv4Net::new(a, self.prefix).unwrap()),
+            IpAddr::V6(a) => IpNet::V6(Ipv6Net::new(a, self.prefix).unwrap()),
+        }
+    }
+
+    /// A way the tenant might write this network: `style` picks among the accepted spellings.
+    fn written(&self, style: u8) -> String {
+        let host = self.prefix == self.bits();
+        match (self.v6, style % 4) {
+            (_, 1) if host => self.ip().to_string(),
+            (true, 2) => self.canonical().to_uppercase(),
+            (true, 3) => {
+                let groups: Vec<String> =
+                    Ipv6Addr::from(self.addr).segments().iter().map(|g| format!("{g:04x}")).collect();
+                format!("{}/{}", groups.join(":"), self.prefix)
+            }
+            _ => self.canonical(),
+        }
+    }
+}
+
+/// The host bits of a `bits`-bit address with `prefix`.
+fn host_mask(bits: u8, prefix: u8) -> u128 {
+    let host = u32::from(bits - prefix);
+    let all = if bits == 128 { u128::MAX } else { (1u128 << bits) - 1 };
+    if host == 128 { u128::MAX } else { all & ((1u128 << host) - 1) }
+}
+
+/// Any network of the family with a prefix in `prefixes`.
+fn net(v6: bool, prefixes: std::ops::RangeInclusive<u8>) -> impl Strategy<Value = Net> {
+    (any::<u128>(), prefixes).prop_map(move |(addr, prefix)| Net::new(v6, addr, prefix))
+}
+
+/// Any IPv4 or IPv6 network with a prefix of at least `min4` / `min6`.
+fn any_net(min4: u8, min6: u8) -> impl Strategy<Value = Net> {
+    prop_oneof![net(false, min4..=32), net(true, min6..=128)]
+}
+
+// ---------------------------------------------------------------------------------------------
+// (1) Addresses and CIDRs.
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn any_ipv4_address_parses_to_its_host_network(a in any::<u32>()) {
+        let expected = Net::new(false, u128::from(a), 32);
+        let text = Ipv4Addr::from(a).to_string();
+        let parsed = cidr::parse(&text).unwrap();
+        prop_assert_eq!(parsed, expected.ipnet());
+        prop_assert_eq!(parsed.prefix_len(), 32);
+        prop_assert_eq!(cidr::canonical(&parsed), expected.canonical());
+        prop_assert_eq!(cidr::parse(&cidr::canonical(&parsed)).unwrap(), parsed);
+    }
+
+    #[test]
+    fn any_ipv6_address_parses_to_its_host_network_unless_ipv4_mapped(a in any::<u128>()) {
+        let expected = Net::new(true, a, 128);
+        let text = Ipv6Addr::from(a).to_string();
+        match cidr::parse(&text) {
+            Ok(parsed) => {
+                prop_assert!(!expected.is_v4_mapped(), "{text} is IPv4-mapped but was accepted");
+                prop_assert_eq!(parsed, expected.ipnet());
+                prop_assert_eq!(parsed.prefix_len(), 128);
+                prop_assert_eq!(cidr::canonical(&parsed), expected.canonical());
+                prop_assert_eq!(cidr::parse(&cidr::canonical(&parsed)).unwrap(), parsed);
+            }
+            Err(e) => prop_assert!(expected.is_v4_mapped(), "{text} rejected: {e}"),
+        }
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_addresses_are_rejected_naming_the_ipv4_address(a in any::<u32>()) {
+        let v4 = Ipv4Addr::from(a);
+        let expanded: Vec<String> = v4.to_ipv6_mapped().segments().iter().map(|g| format!("{g:x}")).collect();
+        for text in [format!("::ffff:{v4}"), expanded.join(":")] {
+            let e = cidr::parse(&text).unwrap_err();
+            prop_assert!(e.contains(&format!("write the IPv4 form `{v4}`")), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_spelling_of_an_ipv6_network_parses_to_the_canonical_one(n in net(true, 0..=128), style in 0u8..4) {
+        prop_assume!(!n.is_v4_mapped());
+        let written = n.written(style);
+        let parsed = cidr::parse(&written).unwrap_or_else(|e| panic!("{written}: {e}"));
+        prop_assert_eq!(parsed, n.ipnet());
+        prop_assert_eq!(cidr::canonical(&parsed), n.canonical());
+    }
+
+    #[test]
+    fn any_truncated_network_parses_and_is_canonical(n in any_net(0, 0)) {
+        prop_assume!(!n.is_v4_mapped());
+        let text = n.canonical();
+        let parsed = cidr::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        prop_assert_eq!(parsed, n.ipnet());
+        prop_assert_eq!(cidr::canonical(&parsed), text.clone());
+        prop_assert_eq!(cidr::parse(&cidr::canonical(&parsed)).unwrap(), parsed);
+    }
+
+    #[test]
+    fn any_network_with_host_bits_set_is_rejected(
+        v6 in any::<bool>(),
+        addr in any::<u128>(),
+        prefix in 0u8..=127,
+        host_bit in any::<u32>(),
+    ) {
+        let bits = if v6 { 128 } else { 32 };
+        let prefix = prefix % bits; // shorter than the address, so there are host bits
+        let network = Net::new(v6, addr, prefix);
+        let with_host_bit = network.addr | (1u128 << (host_bit % u32::from(bits - prefix)));
+        let written = Net { v6, addr: with_host_bit, prefix };
+        let text = format!("{}/{prefix}", written.ip());
+        let e = cidr::parse(&text).unwrap_err();
+        prop_assert!(e.contains("has host bits set"), "{text}: {e}");
+        prop_assert!(e.contains(&format!("`{}`", network.canonical())), "{text}: {e}");
+    }
+
+    #[test]
+    fn prefix_longer_than_the_address_is_rejected(n in any_net(0, 0), extra in 1u8..=100) {
+        let text = format!("{}/{}", n.ip(), u16::from(n.bits()) + u16::from(extra));
+        prop_assert!(cidr::parse(&text).is_err(), "{text}");
+    }
+
+    #[test]
+    fn parsing_never_panics_and_what_it_accepts_is_stable(text in "[0-9a-fA-F:./ ]{0,45}") {
+        if let Ok(net) = cidr::parse(&text) {
+            prop_assert_eq!(net.trunc(), net);
+            let canonical = cidr::canonical(&net);
+            prop_assert_eq!(cidr::parse(&canonical), Ok(net));
+        }
+    }
+
+    #[test]
+    fn overlap_agrees_with_address_intervals(a in any_net(0, 0), b in any_net(0, 0)) {
+        prop_assume!(!a.is_v4_mapped() && !b.is_v4_mapped());
+        let (x, y) = (a.ipnet(), b.ipnet());
+        prop_assert_eq!(cidr::overlaps(&x, &y), a.overlaps(&b));
+        prop_assert_eq!(cidr::overlaps(&x, &y), cidr::overlaps(&y, &x));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2) Rendering.
+
+/// A policy port as generated: `(protocol, port, endPort)`.
+type PortSpec = (&'static str, u16, Option<u16>);
+
+/// What a generated policy is built from.
+#[derive(Clone, Debug)]
+struct PolicyInput {
+    ports: Vec<PortSpec>,
+    min4: u8,
+    min6: u8,
+    /// The default forbidden ranges plus random ones.
+    forbidden: Vec<Net>,
+    dns: bool,
+    platform: Vec<(Net, Vec<PortSpec>)>,
+}
+
+impl PolicyInput {
+    fn document(&self) -> PolicyDocument {
+        let ports = |ports: &[PortSpec]| -> Vec<PortDocument> {
+            ports
+                .iter()
+                .map(|(protocol, port, end)| PortDocument {
+                    port: i64::from(*port),
+                    end_port: end.map(i64::from),
+                    protocol: Some((*protocol).to_owned()),
+                })
+                .collect()
+        };
+        let mut document = PolicyDocument::default();
+        document.egress.ports = ports(&self.ports);
+        document.egress.min_prefix_length =
+            MinPrefixLengthDocument { ipv4: i64::from(self.min4), ipv6: i64::from(self.min6) };
+        document.egress.forbidden = self.forbidden.iter().map(Net::canonical).collect();
+        document.egress.dns = self.dns;
+        document.egress.platform_targets = self
+            .platform
+            .iter()
+            .map(|(cidr, p)| PlatformTargetDocument { cidr: cidr.canonical(), ports: ports(p) })
+            .collect();
+        document
+    }
+
+    fn policy(&self) -> Policy {
+        policy::from_document(&self.document()).unwrap_or_else(|p| panic!("generated policy is invalid: {p:#?}"))
+    }
+
+    /// Whether the renderer must accept `n` as a tenant destination.
+    fn allows(&self, n: &Net) -> bool {
+        let minimum = if n.v6 { self.min6 } else { self.min4 };
+        n.prefix >= minimum && !n.is_v4_mapped() && !self.forbidden.iter().any(|f| f.overlaps(n))
+    }
+}
+
+fn default_forbidden() -> Vec<Net> {
+    vec![Net::new(false, 0xa9fe_0000, 16), Net::new(true, 0xfe80 << 112, 10)]
+}
+
+/// 1–3 TCP/UDP ports, some of them ranges.
+fn ports(range: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Vec<PortSpec>> {
+    let port = (prop_oneof![Just("TCP"), Just("UDP")], 1u16..=65535, prop::option::weighted(0.2, 0u16..=1000))
+        .prop_map(|(protocol, port, span)| (protocol, port, span.map(|s| port.saturating_add(s))));
+    prop::collection::vec(port, range)
+}
+
+fn policy_input() -> impl Strategy<Value = PolicyInput> {
+    let extra_forbidden = prop::collection::vec(any_net(8, 16), 0..=2);
+    let platform_target = (any_net(8, 16).prop_filter("not IPv4-mapped", |n| !n.is_v4_mapped()), ports(1..=3));
+    (ports(1..=4), 0u8..=32, 0u8..=128, extra_forbidden, any::<bool>(), prop::collection::vec(platform_target, 0..=3))
+        .prop_map(|(ports, min4, min6, extra, dns, platform)| {
+            let mut forbidden = default_forbidden();
+            forbidden.extend(extra.into_iter().filter(|n| !n.is_v4_mapped()));
+            PolicyInput { ports, min4, min6, forbidden, dns, platform }
+        })
+}
+
+/// A policy and up to 8 destinations it allows, each with a spelling style.
+fn policy_and_destinations() -> impl Strategy<Value = (PolicyInput, Vec<(Net, u8)>)> {
+    policy_input()
+        .prop_flat_map(|input| {
+            let candidates = prop::collection::vec((any_net(input.min4, input.min6), 0u8..4), 0..8);
+            (Just(input), candidates)
+        })
+        .prop_map(|(input, candidates)| {
+            let allowed = candidates.into_iter().filter(|(n, _)| input.allows(n)).collect();
+            (input, allowed)
+        })
+}
+
+fn target(ips: Vec<String>) -> CDTarget {
+    let spec = CDTargetSpec {
+        ip: ips,
+        agent_image: "ghcr.io/acme/azp-agent:1".into(),
+        token_ref: "azp-token".into(),
+        config: AgentConfig {
+            url: "https://dev.azure.com/acme".into(),
+            pool_name: "pool".into(),
+            ..AgentConfig::default()
+        },
+        ..CDTargetSpec::default()
+    };
+    let mut target = CDTarget::new("agents", spec);
+    target.metadata.namespace = Some("team-a".into());
+    target
+}
+
+fn render_network_policy(input: &PolicyInput, ips: Vec<String>) -> NetworkPolicy {
+    let policy = input.policy();
+    let children = render::render(&target(ips), &policy, &SecretDigests::new(), Scaling::Keda)
+        .unwrap_or_else(|p| panic!("does not render: {p:#?}"));
+    assert!(children.scaled_object.is_some() && children.trigger_authentication.is_some());
+    children.network_policy
+}
+
+type PortKey = (String, i32, Option<i32>);
+
+fn port_keys(ports: &[PortSpec]) -> BTreeSet<PortKey> {
+    ports.iter().map(|(protocol, port, end)| ((*protocol).to_owned(), i32::from(*port), end.map(i32::from))).collect()
+}
+
+fn rule_ports(rule: &NetworkPolicyEgressRule) -> BTreeSet<PortKey> {
+    rule.ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            let port = match &p.port {
+                Some(IntOrString::Int(n)) => *n,
+                other => panic!("port is not a number: {other:?}"),
+            };
+            (p.protocol.clone().unwrap_or_else(|| "TCP".into()), port, p.end_port)
+        })
+        .collect()
+}
+
+fn rule_cidrs(rule: &NetworkPolicyEgressRule) -> BTreeSet<String> {
+    rule.to.iter().flatten().filter_map(|peer| peer.ip_block.as_ref()).map(|b| b.cidr.clone()).collect()
+}
+
+/// Checks every invariant of `np`, rendered under `input` for `destinations`.
+fn check_network_policy(np: &NetworkPolicy, input: &PolicyInput, destinations: &[Net]) -> Result<(), TestCaseError> {
+    let spec = np.spec.as_ref().expect("spec");
+    prop_assert_eq!(spec.policy_types.as_deref(), Some(&["Egress".to_owned()][..]));
+    prop_assert!(spec.ingress.is_none());
+    let selector = spec.pod_selector.as_ref().and_then(|s| s.match_labels.as_ref()).expect("pod selector");
+    prop_assert_eq!(selector.get("cdtarget.io/cdtarget").map(String::as_str), Some("agents"));
+    let rules = spec.egress.as_deref().unwrap_or_default();
+
+    let tenant: BTreeSet<String> = destinations.iter().map(Net::canonical).collect();
+    let platform: BTreeSet<String> = input.platform.iter().map(|(n, _)| n.canonical()).collect();
+    let policy_ports = port_keys(&input.ports);
+    let dns_ports: BTreeSet<PortKey> = [("UDP".to_owned(), 53, None), ("TCP".to_owned(), 53, None)].into();
+
+    for (i, rule) in rules.iter().enumerate() {
+        let to = rule.to.as_deref().unwrap_or_default();
+        let ports = rule.ports.as_deref().unwrap_or_default();
+        prop_assert!(!to.is_empty(), "rule {} has no destinations", i);
+        prop_assert!(!ports.is_empty(), "rule {} has no ports", i);
+        for port in ports {
+            prop_assert!(port.port.is_some(), "rule {} has a port without a number: {:?}", i, port);
+        }
+        for peer in to {
+            let selects_pods = peer.namespace_selector.is_some() || peer.pod_selector.is_some();
+            prop_assert!(peer.ip_block.is_some() != selects_pods, "rule {}: peer {:?}", i, peer);
+            if let Some(block) = &peer.ip_block {
+                prop_assert!(!block.cidr.is_empty(), "rule {}: empty cidr", i);
+                prop_assert!(block.cidr != "0.0.0.0/0" && block.cidr != "::/0", "rule {} opens everything", i);
+                prop_assert!(block.except.is_none());
+                let parsed = cidr::parse(&block.cidr).map_err(TestCaseError::fail)?;
+                prop_assert_eq!(cidr::canonical(&parsed), block.cidr.clone(), "rule {}: not canonical", i);
+                prop_assert!(
+                    tenant.contains(&block.cidr) || platform.contains(&block.cidr),
+                    "rule {}: {} is neither a tenant destination nor a platform target",
+                    i,
+                    block.cidr
+                );
+            } else {
+                prop_assert!(input.dns, "rule {}: a DNS peer although DNS egress is off", i);
+                prop_assert_eq!(rule_ports(rule), dns_ports.clone(), "rule {}: DNS peer on other ports", i);
+            }
+        }
+        // A destination that is only the tenant's is opened on exactly the policy's ports.
+        if rule_cidrs(rule).iter().any(|c| tenant.contains(c) && !platform.contains(c)) {
+            prop_assert_eq!(rule_ports(rule), policy_ports.clone(), "rule {}: tenant destinations on other ports", i);
+        }
+    }
+
+    // Every tenant destination appears, canonical, in a rule on the policy's ports.
+    let tenant_rules: Vec<&NetworkPolicyEgressRule> =
+        rules.iter().filter(|r| rule_ports(r) == policy_ports && rule_cidrs(r) == tenant).collect();
+    if tenant.is_empty() {
+        // Only DNS and platform rules: one for the DNS pods, and platform targets grouped by their
+        // ports (at most one rule per target, at least one per distinct port set).
+        let port_sets: BTreeSet<BTreeSet<PortKey>> = input.platform.iter().map(|(_, p)| port_keys(p)).collect();
+        let fewest = usize::from(input.dns) + port_sets.len();
+        let most = usize::from(input.dns) + input.platform.len();
+        prop_assert!(
+            (fewest..=most).contains(&rules.len()),
+            "{} rules, expected {}..={}: {:#?}",
+            rules.len(),
+            fewest,
+            most,
+            rules
+        );
+        for rule in rules {
+            prop_assert!(rule_cidrs(rule).is_subset(&platform), "a rule besides DNS and platform: {:?}", rule);
+        }
+    } else {
+        prop_assert!(!tenant_rules.is_empty(), "no rule holds exactly the destinations {:?}: {:#?}", tenant, rules);
+    }
+    for (n, _) in &input.platform {
+        prop_assert!(rules.iter().any(|r| rule_cidrs(r).contains(&n.canonical())), "platform target {:?} missing", n);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn rendered_network_policy_holds_its_invariants((input, destinations) in policy_and_destinations()) {
+        let ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
+        let nets: Vec<Net> = destinations.iter().map(|(n, _)| *n).collect();
+        let np = render_network_policy(&input, ips.clone());
+        check_network_policy(&np, &input, &nets)?;
+        // Rendering is a function of its input.
+        prop_assert_eq!(render_network_policy(&input, ips), np);
+    }
+
+    #[test]
+    fn without_destinations_only_dns_and_platform_rules_are_rendered(input in policy_input()) {
+        let np = render_network_policy(&input, Vec::new());
+        check_network_policy(&np, &input, &[])?;
+    }
+
+    #[test]
+    fn destination_broader_than_the_policy_minimum_is_rejected_at_its_index(
+        (input, destinations) in policy_and_destinations(),
+        v6 in any::<bool>(),
+        addr in any::<u128>(),
+        shorter_by in 1u8..=128,
+        position in any::<prop::sample::Index>(),
+    ) {
+        let minimum = if v6 { input.min6 } else { input.min4 };
+        prop_assume!(minimum > 0);
+        let broad = Net::new(v6, addr, minimum.saturating_sub(shorter_by));
+        prop_assume!(!broad.is_v4_mapped());
+        let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
+        let at = position.index(ips.len() + 1);
+        ips.insert(at, broad.canonical());
+        let problems = render::render(&target(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
+        prop_assert_eq!(problems.len(), 1, "{:#?}", problems);
+        prop_assert_eq!(&problems[0].field, &format!("spec.ip[{at}]"));
+        // `/0` gets a message of its own: it is never accepted, whatever the policy says.
+        let expected = if broad.prefix == 0 { "is every address".to_owned() } else { format!("prefix of /{minimum} or longer") };
+        prop_assert!(problems[0].message.contains(&expected), "{}", problems[0].message);
+    }
+
+    #[test]
+    fn destination_overlapping_a_forbidden_range_is_rejected_at_its_index(
+        (input, destinations) in policy_and_destinations(),
+        which in any::<prop::sample::Index>(),
+        offset in any::<u128>(),
+        prefix in any::<u8>(),
+        position in any::<prop::sample::Index>(),
+    ) {
+        let forbidden = input.forbidden[which.index(input.forbidden.len())];
+        let minimum = if forbidden.v6 { input.min6 } else { input.min4 };
+        // A network inside the forbidden range, as narrow as the policy asks.
+        let shortest = forbidden.prefix.max(minimum);
+        let prefix = shortest + prefix % (forbidden.bits() - shortest + 1);
+        let inside = Net::new(forbidden.v6, forbidden.first() | (offset & host_mask(forbidden.bits(), forbidden.prefix)), prefix);
+        prop_assume!(!inside.is_v4_mapped());
+        let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
+        let at = position.index(ips.len() + 1);
+        ips.insert(at, inside.canonical());
+        let problems = render::render(&target(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
+        prop_assert_eq!(problems.len(), 1, "{:#?}", problems);
+        prop_assert_eq!(&problems[0].field, &format!("spec.ip[{at}]"));
+        prop_assert!(problems[0].message.contains("overlaps the forbidden range"), "{}", problems[0].message);
+    }
+}

@@ -1,0 +1,129 @@
+//! Checks of a tenant document's `metadata`: what Git may set, and what only the API server
+//! sets; names, labels and annotations as the API server will judge them.
+
+use serde_json::{Map, Value};
+
+use crate::api::names;
+use crate::problem::{Problem, join_path};
+use crate::schema_check::{describe, unknown_field_message};
+
+/// Fields a document in Git may set.
+const ALLOWED: &[&str] = &["name", "namespace", "labels", "annotations", "finalizers"];
+/// Fields only the API server sets; copied from a live object by mistake.
+const SERVER_SET: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "ownerReferences",
+];
+/// The API server's limit on the sum of a object's annotations.
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Every problem of `metadata` for an object of `kind` (when known) going to `namespace`.
+pub fn check(metadata: &Map<String, Value>, kind: Option<&str>, namespace: &str) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut push = |field: &str, message: String| problems.push(Problem::field(join_path("metadata", field), message));
+
+    for key in metadata.keys() {
+        if SERVER_SET.contains(&key.as_str()) {
+            push(key, "is set by the API server; remove it from the file".into());
+        } else if !ALLOWED.contains(&key.as_str()) && key != "generateName" {
+            push(key, unknown_field_message(key, ALLOWED));
+        }
+    }
+
+    match metadata.get("name") {
+        Some(Value::String(name)) if !name.is_empty() => {
+            if let Err(e) = name_rule(kind)(name) {
+                push("name", e);
+            }
+        }
+        Some(Value::String(_)) | None | Some(Value::Null) if metadata.contains_key("generateName") => {
+            push("generateName", "generated names cannot be tracked from Git; set metadata.name instead".into())
+        }
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            push("name", "is required; expected the object's name".into())
+        }
+        Some(other) => push("name", format!("expected a string, got {}", describe(other))),
+    }
+
+    match metadata.get("namespace") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(ns)) if ns == namespace => {}
+        Some(other) => push(
+            "namespace",
+            format!(
+                "{} is not this tenant's namespace; every object goes to `{namespace}`: remove metadata.namespace or set it to `{namespace}`",
+                describe(other)
+            ),
+        ),
+    }
+
+    for (field, is_label) in [("labels", true), ("annotations", false)] {
+        let Some(value) = metadata.get(field) else { continue };
+        let Some(map) = value.as_object() else {
+            push(field, format!("expected a mapping of strings, got {}", describe(value)));
+            continue;
+        };
+        let mut bytes = 0;
+        for (key, value) in map {
+            let entry = format!("{field}.{key}");
+            let Some(text) = value.as_str() else {
+                push(&entry, format!("expected a string, got {} (quote it)", describe(value)));
+                continue;
+            };
+            bytes += key.len() + text.len();
+            let verdict = names::label_key(key).and_then(|()| if is_label { names::label_value(text) } else { Ok(()) });
+            if let Err(e) = verdict {
+                push(&entry, e);
+            }
+        }
+        if bytes > MAX_ANNOTATIONS_BYTES && !is_label {
+            push(field, format!("hold {bytes} bytes; the API server accepts at most {MAX_ANNOTATIONS_BYTES}"));
+        }
+    }
+
+    if let Some(finalizers) = metadata.get("finalizers")
+        && !finalizers.as_array().is_some_and(|list| list.iter().all(Value::is_string))
+    {
+        push("finalizers", format!("expected a list of strings, got {}", describe(finalizers)));
+    }
+    problems
+}
+
+/// The API server's naming rule for `kind`.
+fn name_rule(kind: Option<&str>) -> fn(&str) -> Result<(), String> {
+    match kind {
+        Some("Service") => dns1035_label,
+        Some("Role" | "RoleBinding") => path_segment,
+        // The renderer holds CDTarget names to a stricter rule of its own.
+        Some("CDTarget") => |_| Ok(()),
+        _ => names::dns1123_subdomain,
+    }
+}
+
+/// Services: a DNS-1035 label (starts with a letter).
+fn dns1035_label(name: &str) -> Result<(), String> {
+    names::dns1123_label(name)?;
+    if name.as_bytes()[0].is_ascii_lowercase() {
+        Ok(())
+    } else {
+        Err(format!("`{name}` must start with a letter (Service names are DNS-1035 labels)"))
+    }
+}
+
+/// RBAC names: anything that fits in a URL path segment.
+fn path_segment(name: &str) -> Result<(), String> {
+    if name == "." || name == ".." || name.contains(['/', '%']) {
+        Err(format!("`{name}` cannot be used as a name; it may not be `.`, `..` or contain '/' or '%'"))
+    } else if name.len() > names::MAX_SUBDOMAIN {
+        Err(format!("is {} characters long; at most {} are allowed", name.len(), names::MAX_SUBDOMAIN))
+    } else {
+        Ok(())
+    }
+}
