@@ -172,9 +172,19 @@ fn require_config_fields(schema: &mut schemars::Schema) {
     require(schema, &["url", "poolName"]);
 }
 
-/// Marks fields required in the CRD while serde still reads them leniently.
+/// Marks fields required in the CRD while serde still reads them leniently. Their `default`
+/// goes: the API server fills defaults in before it checks `required`, so a default would make
+/// a missing field pass as empty.
 fn require(schema: &mut schemars::Schema, fields: &[&str]) {
-    let required = schema.ensure_object().entry("required").or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    let object = schema.ensure_object();
+    if let Some(serde_json::Value::Object(properties)) = object.get_mut("properties") {
+        for field in fields {
+            if let Some(serde_json::Value::Object(property)) = properties.get_mut(*field) {
+                property.remove("default");
+            }
+        }
+    }
+    let required = object.entry("required").or_insert_with(|| serde_json::Value::Array(Vec::new()));
     if let serde_json::Value::Array(list) = required {
         list.extend(fields.iter().map(|f| serde_json::Value::String((*f).to_owned())));
     }

@@ -194,11 +194,11 @@ pub struct InventoryEntry {
 pub struct GitLabStatus {
     /// Numeric project id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project_id: Option<u64>,
+    pub project_id: Option<i64>,
     /// Id of the deploy key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deploy_key_id: Option<u64>,
+    pub deploy_key_id: Option<i64>,
     /// Id of the project hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hook_id: Option<u64>,
+    pub hook_id: Option<i64>,
 }

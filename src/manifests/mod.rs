@@ -236,6 +236,11 @@ pub fn load(files: Vec<SourceFile>, namespace: &str, policy: &Policy) -> Result<
     }
     let mut documents = Vec::new();
     for file in files {
+        let base_name = file.path.rsplit('/').next().unwrap_or_default();
+        if matches!(base_name, "kustomization.yaml" | "kustomization.yml") {
+            problems.push(Problem::field("", KUSTOMIZE_NOT_BUILT).located(&file.path, None, None));
+            continue;
+        }
         let parsed = match yaml::parse_documents(&file.text) {
             Ok(parsed) => parsed,
             Err(e) => {
@@ -301,9 +306,11 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
             format!("{kind} is cluster-scoped; tenants may only apply namespaced objects into their namespace"),
         ));
     } else if group == "kustomize.config.k8s.io" {
+        problems.push(Problem::field("kind", KUSTOMIZE_NOT_BUILT));
+    } else if scope::is_platform_only(group, &kind) {
         problems.push(Problem::field(
             "kind",
-            "kustomize files are not built; cdtarget applies plain manifests (remove the file or move it out of the synced path)",
+            format!("{kind} objects are the platform team's; tenants declare egress through CDTargets instead"),
         ));
     } else if kind == "CDTarget" && (group == crate::api::GROUP || group == "cnad.gofound.nl") {
         if api_version != API_VERSION && api_version != LEGACY_API_VERSION {
@@ -359,6 +366,9 @@ fn duplicates(documents: &[Document]) -> Vec<Problem> {
     }
     problems
 }
+
+const KUSTOMIZE_NOT_BUILT: &str =
+    "kustomize files are not built; cdtarget applies plain manifests (remove the file or move it out of the synced path)";
 
 /// Kinds rendered for every CDTarget, under the CDTarget's name.
 const RENDERED_KINDS: [(&str, &str); 4] = [

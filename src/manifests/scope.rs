@@ -44,6 +44,16 @@ pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
     CLUSTER_SCOPED.iter().any(|(g, k)| *g == group && *k == kind)
 }
 
+/// Namespaced kinds only the platform team writes: egress is the cluster admins' decision (a
+/// tenant NetworkPolicy would add to the guardrails, since policies are additive), and
+/// registrations of Git repositories live in the platform namespace.
+const PLATFORM_ONLY: &[(&str, &str)] = &[("networking.k8s.io", "NetworkPolicy"), ("cdtarget.io", "TenantRepository")];
+
+/// Whether tenants are refused `group`/`kind` whatever their RBAC says.
+pub fn is_platform_only(group: &str, kind: &str) -> bool {
+    PLATFORM_ONLY.iter().any(|(g, k)| *g == group && *k == kind)
+}
+
 /// Apply order: what others reference comes first (identities and configuration, then
 /// permissions, then services and workloads, then CDTargets); unknown kinds come last.
 const APPLY_ORDER: &[&str] = &[

@@ -54,7 +54,7 @@ const CA_BUNDLE_SCRIPT: &str = r#"set -eu
 out=/var/run/cdtarget/ca-bundle/ca-certificates.crt
 : > "$out"
 if [ -f /etc/ssl/certs/ca-certificates.crt ]; then cat /etc/ssl/certs/ca-certificates.crt >> "$out"; fi
-for f in /var/run/cdtarget/tenant-ca/*; do cat "$f" >> "$out"; echo >> "$out"; done
+for f in /var/run/cdtarget/tenant-ca/*; do [ -f "$f" ] || continue; cat "$f" >> "$out"; echo >> "$out"; done
 "#;
 
 /// Renders the Deployment named after the CDTarget.

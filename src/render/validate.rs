@@ -142,6 +142,7 @@ pub fn check_document(value: &Value, namespace: &str, policy: &Policy) -> Result
     target.metadata.namespace = Some(namespace.to_owned());
     target.metadata.labels = string_map("labels");
     target.metadata.annotations = string_map("annotations");
+    target.metadata.finalizers = metadata.and_then(|m| m.get("finalizers")).and_then(|v| serde_json::from_value(v.clone()).ok());
 
     if let Err(semantic) = validate(&target, policy) {
         problems
@@ -181,6 +182,10 @@ fn check_name(name: &str, problems: &mut Problems) {
 
 fn check_destinations(ips: &[String], policy: &Policy, problems: &mut Problems) -> Vec<IpNet> {
     let mut destinations: Vec<IpNet> = Vec::new();
+    if !ips.is_empty() && policy.ports.is_empty() {
+        // Rendering the list without ports would silently drop it.
+        problems.push("spec.ip", "the platform policy opens no egress ports to tenant destinations, so none can be reached; ask the cluster admins for ports or remove ip");
+    }
     for (i, text) in ips.iter().enumerate() {
         let field = format!("spec.ip[{i}]");
         let net = match cidr::parse(text) {
@@ -423,6 +428,7 @@ fn check_dns(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> V
                         field,
                         format!("`{text}` is in the forbidden range {forbidden}; choose another nameserver"),
                     ),
+                    None if nameservers.contains(&net) => {}
                     None => nameservers.push(net),
                 }
             }

@@ -413,13 +413,13 @@ fn document_cases() -> Vec<Case> {
             expected: vec![at("list.yaml", 1, "kind", "write each object as its own document")],
         },
         Case {
-            name: "kustomization_is_rejected",
+            name: "kustomization_kind_is_rejected_whatever_the_file_name",
             files: vec![(
-                "kustomization.yaml",
+                "build.yaml",
                 "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nmetadata:\n  name: k\nresources: []\n"
                     .into(),
             )],
-            expected: vec![at("kustomization.yaml", 1, "kind", "kustomize files are not built")],
+            expected: vec![at("build.yaml", 1, "kind", "kustomize files are not built")],
         },
         Case {
             name: "same_kind_and_name_in_two_files_reports_the_second",
@@ -446,12 +446,12 @@ fn document_cases() -> Vec<Case> {
             )],
         },
         Case {
-            name: "tenant_network_policy_colliding_with_rendered_one_is_rejected",
+            name: "tenant_scaled_object_colliding_with_rendered_one_is_rejected",
             files: vec![
                 ("target.yaml", VALID_CDTARGET.into()),
-                ("netpol.yaml", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: agents\n".into()),
+                ("scaler.yaml", "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata:\n  name: agents\n".into()),
             ],
-            expected: vec![target_at("metadata.name", "renders a NetworkPolicy of the same name, which netpol.yaml:1")],
+            expected: vec![target_at("metadata.name", "renders a ScaledObject of the same name, which scaler.yaml:1")],
         },
         Case {
             name: "generate_name_without_name_is_rejected",
@@ -535,6 +535,16 @@ fn document_cases() -> Vec<Case> {
             "apiVersion: v1\nkind: Service\nmetadata:\n  name: 1api\nspec:\n  ports: [{port: 80}]\n".into(),
             vec![target_at("metadata.name", "must start with a letter")],
         ),
+        one_file(
+            "tenant_network_policy_is_rejected",
+            "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: allow-all\nspec:\n  podSelector: {}\n  egress: [{}]\n".into(),
+            vec![target_at("kind", "tenants declare egress through CDTargets instead")],
+        ),
+        Case {
+            name: "kustomization_file_without_kind_is_rejected_as_kustomize",
+            files: vec![("kustomization.yaml", "resources: [a.yaml]\n".into())],
+            expected: vec![Expected { file: "kustomization.yaml", document: None, field: "", message: "kustomize files are not built" }],
+        },
         one_file(
             "destination_of_every_address_is_rejected_whatever_the_policy",
             with_ips(r#"["::/0"]"#),

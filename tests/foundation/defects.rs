@@ -114,12 +114,16 @@ fn defect_06_empty_ip_list_means_no_tenant_destinations() {
             assert!(cidr != "0.0.0.0/0" && cidr != "::/0");
         }
     }
-    // And with no allowed ports the tenant rule disappears instead of opening every port.
+    // With no allowed ports there is no tenant rule (never every port), and destinations that
+    // cannot be opened are refused rather than silently dropped.
     let mut document = PolicyDocument::default();
     document.egress.ports.clear();
     let policy = policy::from_document(&document).unwrap();
-    let rendered = children(&doc("agents", "  ip: [\"10.0.0.1\"]\n"), &policy);
+    let rendered = children(&doc("agents", ""), &policy);
     assert!(tenant_rule(&rendered).is_none());
+    assert!(egress(&rendered).iter().all(|r| r.ports.as_ref().is_some_and(|p| !p.is_empty())));
+    let problems = load(&[("t.yaml", &doc("agents", "  ip: [\"10.0.0.1\"]\n"))], &policy).unwrap_err();
+    assert_eq!(problems[0].field, "spec.ip");
 }
 
 #[test]
