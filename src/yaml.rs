@@ -41,7 +41,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, YamlSyntaxError>
         .collect())
 }
 
-/// Parses a single-document YAML text into any type.
+/// Parses a text that holds at most one YAML document (none gives `null`).
 pub fn parse_one(text: &str) -> Result<Value, YamlSyntaxError> {
     let mut documents = parse_documents(text)?;
     match documents.len() {

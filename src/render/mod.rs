@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use sha2::{Digest, Sha256};
 
@@ -128,11 +128,8 @@ pub fn child_metadata(valid: &ValidTarget<'_>, name: &str) -> ObjectMeta {
         name: Some(name.to_owned()),
         namespace: Some(valid.namespace.to_owned()),
         labels: Some(object_labels(valid)),
-        owner_references: owner_reference(valid.target).map(|o| vec![o]),
+        // Only a CDTarget read from the cluster has a uid to own its children by.
+        owner_references: valid.target.controller_owner_ref(&()).map(|o| vec![o]),
         ..ObjectMeta::default()
     }
-}
-
-fn owner_reference(target: &CDTarget) -> Option<OwnerReference> {
-    target.controller_owner_ref(&())
 }
