@@ -7,7 +7,7 @@
 //!
 //! The crate is laid out as the architecture describes: pure decisions in [`policy`], [`render`]
 //! and [`manifests`]; the API types in [`api`]; the command line in [`cli`].
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod api;
 pub mod cli;
@@ -16,4 +16,5 @@ pub mod policy;
 pub mod problem;
 pub mod render;
 pub mod schema_check;
+pub mod source;
 pub mod yaml;

@@ -367,8 +367,7 @@ fn duplicates(documents: &[Document]) -> Vec<Problem> {
     problems
 }
 
-const KUSTOMIZE_NOT_BUILT: &str =
-    "kustomize files are not built; cdtarget applies plain manifests (remove the file or move it out of the synced path)";
+const KUSTOMIZE_NOT_BUILT: &str = "kustomize files are not built; cdtarget applies plain manifests (remove the file or move it out of the synced path)";
 
 /// Kinds rendered for every CDTarget, under the CDTarget's name.
 const RENDERED_KINDS: [(&str, &str); 4] = [

@@ -31,11 +31,8 @@ pub fn parse(input: &str) -> Result<IpNet, String> {
     if let IpNet::V6(v6) = net
         && let Some(v4) = v6.addr().to_ipv4_mapped()
     {
-        let instead = if input.contains('/') {
-            format!("{v4}/{}", v6.prefix_len().saturating_sub(96))
-        } else {
-            v4.to_string()
-        };
+        let instead =
+            if input.contains('/') { format!("{v4}/{}", v6.prefix_len().saturating_sub(96)) } else { v4.to_string() };
         return Err(format!("`{input}` is an IPv4-mapped IPv6 address; write the IPv4 form `{instead}` instead"));
     }
     Ok(net)

@@ -289,7 +289,9 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
     for (i, target) in egress.platform_targets.iter().enumerate() {
         let field = format!("egress.platformTargets[{i}]");
         let cidr = match cidr::parse(&target.cidr) {
-            Ok(net) if cidr::is_everything(&net) => Err("is every address; platform targets name specific networks".into()),
+            Ok(net) if cidr::is_everything(&net) => {
+                Err("is every address; platform targets name specific networks".into())
+            }
             parsed => parsed,
         };
         let cidr = cidr.map_err(|e| problems.push(format!("{field}.cidr"), e));

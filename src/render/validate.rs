@@ -142,7 +142,8 @@ pub fn check_document(value: &Value, namespace: &str, policy: &Policy) -> Result
     target.metadata.namespace = Some(namespace.to_owned());
     target.metadata.labels = string_map("labels");
     target.metadata.annotations = string_map("annotations");
-    target.metadata.finalizers = metadata.and_then(|m| m.get("finalizers")).and_then(|v| serde_json::from_value(v.clone()).ok());
+    target.metadata.finalizers =
+        metadata.and_then(|m| m.get("finalizers")).and_then(|v| serde_json::from_value(v.clone()).ok());
 
     if let Err(semantic) = validate(&target, policy) {
         problems

@@ -1,5 +1,7 @@
 //! The command line: `render`, `validate` and `crds`.
 
+mod remote;
+
 use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -57,8 +59,34 @@ pub enum Command {
 /// The tenant repository and the platform settings it is rendered with.
 #[derive(Debug, clap::Args)]
 pub struct SourceArgs {
-    /// Directory holding the tenant's manifests.
-    pub dir: PathBuf,
+    /// Directory holding the tenant's manifests, or a Git URL (`ssh://`, `https://`, `http://`,
+    /// `git://`, `file://`) fetched exactly as the controller fetches it.
+    #[arg(value_name = "DIR|URL")]
+    pub source: String,
+    /// With a URL: the branch, tag (`tags/NAME`) or full commit SHA to check out.
+    #[arg(long = "ref", value_name = "NAME", default_value = "main")]
+    pub git_ref: String,
+    /// With a URL: the directory inside the repository holding the manifests.
+    #[arg(long, value_name = "SUBDIR")]
+    pub path: Option<String>,
+    /// With an ssh:// URL: the private key (deploy key) to authenticate with.
+    #[arg(long, value_name = "FILE")]
+    pub ssh_key: Option<PathBuf>,
+    /// With an ssh:// URL: the key's passphrase, read from this file.
+    #[arg(long, value_name = "FILE")]
+    pub ssh_key_passphrase_file: Option<PathBuf>,
+    /// With an ssh:// URL: known_hosts entries the server's host key must match (required).
+    #[arg(long, value_name = "FILE")]
+    pub known_hosts: Option<PathBuf>,
+    /// With an https:// URL: a file holding the access token (`-` reads standard input).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// With an https:// URL: a PEM CA bundle the server's certificate must chain to.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// With a URL: upper bound on the fetch, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    pub timeout: u64,
     /// The platform policy: a policy document, a ConfigMap with key `policy.yaml`, or the legacy
     /// `cdtarget-ports` ConfigMap. Without it the documented defaults apply.
     #[arg(long, env = "CDTARGET_POLICY")]
@@ -113,7 +141,18 @@ pub fn load_source(args: &SourceArgs) -> Result<(Policy, ApplySet), Vec<Problem>
         Some(path) => read_policy(path),
     };
     let limits = Limits { max_file_bytes: args.max_file_bytes, max_total_bytes: args.max_total_bytes };
-    let files = manifests::read_tree(&args.dir, &limits);
+    // Keeps a fetched checkout alive until the tree is read; removed on drop.
+    let mut _checkout = None;
+    let files = match remote::is_url(&args.source) {
+        false => manifests::read_tree(Path::new(&args.source), &limits),
+        true => match remote::fetch(args) {
+            Ok((checkout, dir)) => {
+                _checkout = Some(checkout);
+                manifests::read_tree(&dir, &limits)
+            }
+            Err(problem) => Err(vec![problem]),
+        },
+    };
     match (policy, files) {
         (Ok(policy), Ok(files)) => manifests::load(files, &args.namespace, &policy).map(|set| (policy, set)),
         (policy, files) => Err(policy.err().into_iter().chain(files.err()).flatten().collect()),

@@ -1,0 +1,154 @@
+//! Why a fetch failed, classified for the controller, with messages that never hold a secret.
+
+use std::fmt;
+
+/// What went wrong, as the controller's conditions name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The server refused the key or token, or the key could not be used.
+    AuthenticationFailed,
+    /// The server's SSH host key is not the one in `known_hosts`.
+    HostKeyMismatch,
+    /// `known_hosts` has no entry for the server.
+    HostKeyUnknown,
+    /// The HTTPS certificate is not trusted by the configured CA bundle.
+    CertificateInvalid,
+    /// The branch, tag or commit does not exist on the remote.
+    RefNotFound,
+    /// The server could not be reached, or the connection broke.
+    Unreachable,
+    /// The operation took longer than its timeout.
+    Timeout,
+    /// The fetch or the checked-out tree exceeded its size limit.
+    TooLarge,
+    /// The local cache was damaged; it is discarded and cloned afresh.
+    CorruptCache,
+    /// The request itself is wrong (scheme, ref name, path).
+    InvalidRequest,
+    /// Anything else libgit2 reported.
+    Other,
+}
+
+/// How the controller treats a failure (see `docs/design-decisions.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Someone must change the registration or its Secret; retrying unchanged will not help.
+    Stalled,
+    /// Something else must happen first (a branch pushed); retry at the interval.
+    Waiting,
+    /// Passing trouble; retry with backoff.
+    Transient,
+}
+
+impl FailureKind {
+    /// The class that decides the condition and the requeue.
+    pub fn class(self) -> FailureClass {
+        match self {
+            FailureKind::AuthenticationFailed
+            | FailureKind::HostKeyMismatch
+            | FailureKind::HostKeyUnknown
+            | FailureKind::CertificateInvalid
+            | FailureKind::TooLarge
+            | FailureKind::InvalidRequest => FailureClass::Stalled,
+            FailureKind::RefNotFound => FailureClass::Waiting,
+            FailureKind::Unreachable | FailureKind::Timeout | FailureKind::CorruptCache | FailureKind::Other => {
+                FailureClass::Transient
+            }
+        }
+    }
+
+    /// The condition reason, e.g. `AuthenticationFailed`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            FailureKind::AuthenticationFailed => "AuthenticationFailed",
+            FailureKind::HostKeyMismatch => "HostKeyMismatch",
+            FailureKind::HostKeyUnknown => "HostKeyUnknown",
+            FailureKind::CertificateInvalid => "CertificateInvalid",
+            FailureKind::RefNotFound => "RefNotFound",
+            FailureKind::Unreachable => "Unreachable",
+            FailureKind::Timeout => "Timeout",
+            FailureKind::TooLarge => "TooLarge",
+            FailureKind::CorruptCache => "CorruptCache",
+            FailureKind::InvalidRequest => "InvalidRequest",
+            FailureKind::Other => "GitError",
+        }
+    }
+}
+
+/// A failed fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceError {
+    /// What went wrong.
+    pub kind: FailureKind,
+    /// What happened and what to do, free of credentials.
+    pub message: String,
+}
+
+impl SourceError {
+    /// A failure of `kind`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        SourceError { kind, message: message.into() }
+    }
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.reason(), self.message)
+    }
+}
+
+impl std::error::Error for SourceError {}
+
+/// Removes `secrets` and any `user:password@` part of URLs from `message`.
+pub fn redact(message: &str, secrets: &[&str]) -> String {
+    let mut clean = message.to_owned();
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        clean = clean.replace(secret, "***");
+    }
+    redact_userinfo(&clean)
+}
+
+/// `https://user:token@host/x` → `https://***@host/x`, wherever it appears in `text`.
+pub fn redact_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail.find(['/', ' ', '\'', '"', '\n']).unwrap_or(tail.len());
+        match tail[..authority_end].rfind('@') {
+            Some(userinfo_end) => {
+                out.push_str("***");
+                rest = &tail[userinfo_end..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_and_secrets_are_removed() {
+        let message = "failed to fetch https://oauth2:glpat-secret@gitlab.example.com/a/b.git: token glpat-secret";
+        let clean = redact(message, &["glpat-secret"]);
+        assert_eq!(clean, "failed to fetch https://***@gitlab.example.com/a/b.git: token ***");
+    }
+
+    #[test]
+    fn urls_without_userinfo_are_left_alone() {
+        assert_eq!(redact_userinfo("ssh://127.0.0.1:22/x and git://h/y"), "ssh://127.0.0.1:22/x and git://h/y");
+        assert_eq!(redact_userinfo("ssh://git@127.0.0.1:22/x"), "ssh://***@127.0.0.1:22/x");
+    }
+
+    #[test]
+    fn only_configuration_problems_stall() {
+        assert_eq!(FailureKind::AuthenticationFailed.class(), FailureClass::Stalled);
+        assert_eq!(FailureKind::Timeout.class(), FailureClass::Transient);
+        assert_eq!(FailureKind::RefNotFound.class(), FailureClass::Waiting);
+    }
+}

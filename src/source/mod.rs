@@ -1,0 +1,276 @@
+//! The Git source: a registration's URL, ref and credentials turned into a verified snapshot of
+//! the tree — cheaply when nothing changed.
+//!
+//! Per registration there is one cache directory holding a bare repository (`repo.git`) and the
+//! checked-out snapshots (`trees/<sha>`). A poll first asks the remote where the ref points (one
+//! round trip); when a snapshot of that commit exists, nothing is fetched and nothing is written.
+//! Otherwise the commit is fetched shallow (depth 1, except over `file://`), its tree is written
+//! beside the previous snapshot and moved into place once whole — a failed fetch never touches
+//! the last good snapshot.
+
+pub mod error;
+mod git;
+pub mod known_hosts;
+mod tls;
+pub mod url;
+
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+pub use error::{FailureClass, FailureKind, SourceError};
+pub use git::set_io_timeout;
+
+/// What to check out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reference {
+    /// The tip of a branch.
+    Branch(String),
+    /// A tag (annotated tags are peeled to their commit).
+    Tag(String),
+    /// A full 40-character commit SHA.
+    Commit(String),
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reference::Branch(name) => write!(f, "branch `{name}`"),
+            Reference::Tag(name) => write!(f, "tag `{name}`"),
+            Reference::Commit(sha) => write!(f, "commit `{sha}`"),
+        }
+    }
+}
+
+impl Reference {
+    /// Reads `--ref NAME` of the command line: a full SHA is a commit, `tags/NAME` or
+    /// `refs/tags/NAME` a tag, anything else a branch.
+    pub fn from_name(name: &str) -> Reference {
+        if name.len() == 40 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Reference::Commit(name.to_ascii_lowercase())
+        } else if let Some(tag) = name.strip_prefix("refs/tags/").or_else(|| name.strip_prefix("tags/")) {
+            Reference::Tag(tag.to_owned())
+        } else {
+            Reference::Branch(name.strip_prefix("refs/heads/").unwrap_or(name).to_owned())
+        }
+    }
+}
+
+/// How to authenticate, and to whom. Held in memory only; never logged.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// No credentials (`git://`, `file://`, public HTTPS).
+    None,
+    /// An SSH deploy key and the `known_hosts` entries the server's host key must match.
+    Ssh {
+        /// OpenSSH or PEM private key (ed25519, RSA, ECDSA).
+        private_key: String,
+        /// Its passphrase, if it has one.
+        passphrase: Option<String>,
+        /// known_hosts text; required, there is no trust on first use.
+        known_hosts: String,
+    },
+    /// HTTP basic authentication; a token goes in `password` (GitLab accepts any user name).
+    Basic {
+        /// User name (`oauth2` for GitLab tokens).
+        username: String,
+        /// Password or token.
+        password: String,
+    },
+}
+
+impl Credentials {
+    /// HTTPS with a GitLab-style token.
+    pub fn token(token: &str) -> Self {
+        Credentials::Basic { username: "oauth2".into(), password: token.trim().to_owned() }
+    }
+
+    /// The secret values, to be scrubbed from every message.
+    pub fn secrets(&self) -> Vec<&str> {
+        match self {
+            Credentials::None => Vec::new(),
+            Credentials::Ssh { private_key, passphrase, .. } => {
+                [Some(private_key.as_str()), passphrase.as_deref()].into_iter().flatten().collect()
+            }
+            Credentials::Basic { password, .. } => vec![password.as_str()],
+        }
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print key material or tokens, even in debug output.
+        f.write_str(match self {
+            Credentials::None => "Credentials::None",
+            Credentials::Ssh { .. } => "Credentials::Ssh(..)",
+            Credentials::Basic { .. } => "Credentials::Basic(..)",
+        })
+    }
+}
+
+/// One repository to fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// `ssh://`, `https://`, `http://`, `git://` or `file://` URL.
+    pub url: String,
+    /// What to check out.
+    pub reference: Reference,
+    /// How to authenticate.
+    pub credentials: Credentials,
+    /// PEM CA bundle that HTTPS servers must chain to (or be pinned in); the system store otherwise.
+    pub ca_bundle: Option<String>,
+}
+
+/// Bounds on one fetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The whole operation, including connecting; stalled sockets are cut by [`set_io_timeout`].
+    pub timeout: Duration,
+    /// Bytes received from the server.
+    pub max_fetch_bytes: u64,
+    /// Bytes of all files in the checked-out tree.
+    pub max_tree_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { timeout: Duration::from_secs(60), max_fetch_bytes: 256 << 20, max_tree_bytes: 512 << 20 }
+    }
+}
+
+/// A revision's tree on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Full commit SHA.
+    pub revision: String,
+    /// The directory holding the tree at that commit.
+    pub root: PathBuf,
+}
+
+impl Snapshot {
+    /// The directory `path` inside the snapshot (the registration's `spec.path`), refusing paths
+    /// that leave it.
+    pub fn dir(&self, path: Option<&str>) -> Result<PathBuf, SourceError> {
+        let Some(path) = path.filter(|p| !p.is_empty()) else { return Ok(self.root.clone()) };
+        let relative = Path::new(path);
+        if relative.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+            return Err(SourceError::new(
+                FailureKind::InvalidRequest,
+                format!("path `{path}` must stay inside the repository (no `..`, not absolute)"),
+            ));
+        }
+        let dir = self.root.join(relative);
+        if dir.is_dir() {
+            Ok(dir)
+        } else {
+            Err(SourceError::new(
+                FailureKind::InvalidRequest,
+                format!("path `{path}` is not a directory at revision {}", self.revision),
+            ))
+        }
+    }
+}
+
+/// The outcome of a successful fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetched {
+    /// The ref still points at the snapshot's commit: nothing was fetched or written.
+    Unchanged(Snapshot),
+    /// A new commit was fetched and written.
+    Updated(Snapshot),
+}
+
+impl Fetched {
+    /// The snapshot, whichever the outcome.
+    pub fn snapshot(&self) -> &Snapshot {
+        match self {
+            Fetched::Unchanged(s) | Fetched::Updated(s) => s,
+        }
+    }
+}
+
+/// Transfer progress, for an indicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Objects received so far.
+    pub received_objects: usize,
+    /// Objects the server announced.
+    pub total_objects: usize,
+    /// Bytes received so far.
+    pub received_bytes: u64,
+}
+
+/// Fetches one repository into its cache directory, blocking the calling thread.
+pub fn fetch_blocking(
+    cache: &Path,
+    request: &Request,
+    limits: &Limits,
+    progress: Option<&mut dyn FnMut(&Progress)>,
+) -> Result<Fetched, SourceError> {
+    git::fetch(cache, request, limits, progress)
+}
+
+/// Fetches for many registrations with bounded concurrency, keeping the blocking git2 work off
+/// the async runtime.
+#[derive(Clone, Debug)]
+pub struct Fetcher {
+    cache_root: PathBuf,
+    limits: Limits,
+    permits: Arc<Semaphore>,
+}
+
+impl Fetcher {
+    /// A fetcher caching under `cache_root`, running at most `concurrency` fetches at once.
+    pub fn new(cache_root: impl Into<PathBuf>, limits: Limits, concurrency: usize) -> Self {
+        Fetcher { cache_root: cache_root.into(), limits, permits: Arc::new(Semaphore::new(concurrency.max(1))) }
+    }
+
+    /// The cache directory of registration `key` (e.g. `namespace/name`).
+    pub fn cache_dir(&self, key: &str) -> PathBuf {
+        let safe: String =
+            key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+        self.cache_root.join(safe)
+    }
+
+    /// Fetches `request` for registration `key`. The caller never runs two fetches of one key at
+    /// once (the controller reconciles an object at most once at a time).
+    pub async fn fetch(&self, key: &str, request: Request) -> Result<Fetched, SourceError> {
+        let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+        let cache = self.cache_dir(key);
+        let limits = self.limits;
+        tokio::task::spawn_blocking(move || fetch_blocking(&cache, &request, &limits, None))
+            .await
+            .unwrap_or_else(|e| Err(SourceError::new(FailureKind::Other, format!("the fetch task failed: {e}"))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ref_names_are_read_as_branch_tag_or_commit() {
+        assert_eq!(Reference::from_name("main"), Reference::Branch("main".into()));
+        assert_eq!(Reference::from_name("refs/heads/dev"), Reference::Branch("dev".into()));
+        assert_eq!(Reference::from_name("tags/v1"), Reference::Tag("v1".into()));
+        let sha = "0123456789ABCDEF0123456789abcdef01234567";
+        assert_eq!(Reference::from_name(sha), Reference::Commit(sha.to_ascii_lowercase()));
+    }
+
+    #[test]
+    fn snapshot_paths_stay_inside() {
+        let snapshot = Snapshot { revision: "x".into(), root: std::env::temp_dir() };
+        assert!(snapshot.dir(Some("../etc")).is_err());
+        assert!(snapshot.dir(Some("/etc")).is_err());
+        assert_eq!(snapshot.dir(None).unwrap(), std::env::temp_dir());
+    }
+
+    #[test]
+    fn debug_output_hides_credentials() {
+        let credentials = Credentials::token("glpat-very-secret");
+        assert!(!format!("{credentials:?}").contains("secret"));
+    }
+}
