@@ -185,7 +185,9 @@ impl<'a> Watch<'a> {
                 format!("fetching from {remote} exceeded the limit of {} bytes", self.limits.max_fetch_bytes),
             );
         }
-        if self.timed_out.get() || error.code() == ErrorCode::Timeout {
+        // libgit2's socket timeouts surface as network errors saying so.
+        let socket_timeout = error.message().to_ascii_lowercase().contains("timed out");
+        if self.timed_out.get() || error.code() == ErrorCode::Timeout || socket_timeout || self.expired() {
             return SourceError::new(
                 FailureKind::Timeout,
                 format!("{doing} {remote} took longer than {}s", self.limits.timeout.as_secs_f32()),
@@ -216,6 +218,24 @@ impl<'a> Watch<'a> {
                 format!("the TLS certificate of {remote} is not trusted by the configured CA bundle: {problem}"),
             );
         }
+        let certificate_error = error.code() == ErrorCode::Certificate || detail.contains("certificate");
+        if certificate_error && self.remote.scheme == "https" {
+            return SourceError::new(
+                FailureKind::CertificateInvalid,
+                format!(
+                    "the TLS certificate of {remote} is not trusted ({detail}); configure the CA bundle that signed it"
+                ),
+            );
+        }
+        // libssh2's words for a key it cannot decrypt or parse.
+        if detail.contains("Unable to extract public key") || detail.contains("Unsupported private key format") {
+            return SourceError::new(
+                FailureKind::AuthenticationFailed,
+                format!(
+                    "{remote}: the SSH private key cannot be used: wrong passphrase, or not an OpenSSH/PEM ed25519, RSA or ECDSA key"
+                ),
+            );
+        }
         if let Some(problem) = self.credential_problem.borrow().as_ref() {
             return SourceError::new(FailureKind::AuthenticationFailed, format!("{remote}: {problem}"));
         }
@@ -224,9 +244,6 @@ impl<'a> Watch<'a> {
                 FailureKind::AuthenticationFailed,
                 format!("{remote} refused the credentials ({detail}); check the deploy key or token and its access"),
             );
-        }
-        if error.code() == ErrorCode::User && self.expired() {
-            return SourceError::new(FailureKind::Timeout, format!("{doing} {remote} timed out"));
         }
         let kind = match error.class() {
             ErrorClass::Net | ErrorClass::Os | ErrorClass::Ssh | ErrorClass::Http | ErrorClass::Ssl => {

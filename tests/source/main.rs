@@ -1,0 +1,82 @@
+//! The Git source against real servers on 127.0.0.1: sshd with deploy keys, `git http-backend`
+//! with a token (and TLS), `git daemon`, `file://`, and every failure produced for real.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cli;
+mod failures;
+mod transports;
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+use std::time::Duration;
+
+use cdtarget::source::{self, Credentials, Fetched, Limits, Reference, Request, SourceError};
+
+/// Short socket timeouts for the whole test binary (libgit2 reads them once).
+pub fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| source::set_io_timeout(Duration::from_secs(3)));
+}
+
+/// Limits for tests: a short overall timeout, generous sizes.
+pub fn limits() -> Limits {
+    Limits { timeout: Duration::from_secs(10), ..Limits::default() }
+}
+
+/// A request for branch `main` of `url`.
+pub fn request(url: &str, credentials: Credentials) -> Request {
+    Request { url: url.to_owned(), reference: Reference::Branch("main".into()), credentials, ca_bundle: None }
+}
+
+/// Fetches into `cache`.
+pub fn fetch(cache: &Path, request: &Request, limits: &Limits) -> Result<Fetched, SourceError> {
+    setup();
+    source::fetch_blocking(cache, request, limits, None)
+}
+
+/// Fetches and expects a new snapshot.
+pub fn fetch_updated(cache: &Path, request: &Request) -> source::Snapshot {
+    match fetch(cache, request, &limits()) {
+        Ok(Fetched::Updated(snapshot)) => snapshot,
+        other => panic!("expected a new snapshot, got {other:?}"),
+    }
+}
+
+/// Fetches and expects the ref not to have moved.
+pub fn fetch_unchanged(cache: &Path, request: &Request) -> source::Snapshot {
+    match fetch(cache, request, &limits()) {
+        Ok(Fetched::Unchanged(snapshot)) => snapshot,
+        other => panic!("expected no change, got {other:?}"),
+    }
+}
+
+/// The text of `file` in a snapshot.
+pub fn read(snapshot: &source::Snapshot, file: &str) -> String {
+    std::fs::read_to_string(snapshot.root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// Whether the cache repository holds a shallow history.
+pub fn is_shallow(cache: &Path) -> bool {
+    cache.join("repo.git/shallow").exists()
+}
+
+/// Every snapshot directory in the cache.
+pub fn snapshot_dirs(cache: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(cache.join("trees")).unwrap().map(|e| e.unwrap().path()).collect();
+    dirs.sort();
+    dirs
+}
+
+/// SSH credentials for `key` against `sshd`.
+pub fn ssh_credentials(sshd: &common::Sshd, key: &common::ClientKey) -> Credentials {
+    Credentials::Ssh {
+        private_key: key.private_key_pem.clone(),
+        passphrase: key.passphrase.clone(),
+        known_hosts: sshd.known_hosts(),
+    }
+}
+
+/// A manifest file for commits.
+pub const CONFIG_MAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"1\"\n";
