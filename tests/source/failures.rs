@@ -300,3 +300,20 @@ fn symlinks_are_kept_as_links_and_the_loader_refuses_those_leaving_the_tree() {
     let problems = manifests::read_tree(&snapshot.root, &TreeLimits::default()).unwrap_err();
     assert!(problems[0].message.contains("leaves the repository"), "{:?}", problems);
 }
+
+#[test]
+fn submodules_are_not_fetched() {
+    let upstream = Upstream::new();
+    let inner = upstream.create("inner.git");
+    inner.commit_and_push(&[("secret.yaml", CONFIG_MAP)], "inner");
+    let repo = upstream.create("tenant.git");
+    repo.commit(&[("settings.yaml", CONFIG_MAP)], "first");
+    common::git(repo.work_path(), &["submodule", "add", "-q", &inner.file_url(), "vendored"]);
+    common::git(repo.work_path(), &["commit", "-q", "-m", "submodule"]);
+    repo.push("main");
+    let cache = common::test_dir();
+    let snapshot = fetch_updated(cache.path(), &request(&repo.file_url(), Credentials::None));
+    assert_intact(&snapshot);
+    assert!(snapshot.root.join(".gitmodules").exists());
+    assert!(!snapshot.root.join("vendored/secret.yaml").exists(), "the submodule's content is not fetched");
+}
