@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod apply;
 pub mod cli;
 pub mod manifests;
 pub mod policy;

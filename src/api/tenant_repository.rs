@@ -77,6 +77,14 @@ pub struct TenantRepositorySpec {
     pub gitlab: Option<GitLabSpec>,
 }
 
+/// The receiver path of a registration: `/hook/<hex sha256(token + name + namespace)>`. Only
+/// someone who knows the webhook token can compute it.
+pub fn webhook_path(token: &str, name: &str, namespace: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new().chain_update(token).chain_update(name).chain_update(namespace).finalize();
+    format!("/hook/{}", hex::encode(digest))
+}
+
 fn default_true() -> bool {
     true
 }
@@ -201,4 +209,18 @@ pub struct GitLabStatus {
     /// Id of the project hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_id: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+
+    #[test]
+    fn webhook_path_is_the_digest_of_token_name_and_namespace() {
+        let expected = hex::encode(Sha256::digest(b"s3cretteam-arepoplatform"));
+        assert_eq!(webhook_path("s3cret", "team-arepo", "platform"), format!("/hook/{expected}"));
+        assert_ne!(webhook_path("s3cret", "a", "b"), webhook_path("other", "a", "b"));
+    }
 }

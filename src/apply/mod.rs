@@ -1,0 +1,6 @@
+//! Applying a tenant's set: what goes into the inventory, and what leaves the cluster when it
+//! leaves Git. The plan is data computed by pure functions; the controller executes it.
+
+pub mod inventory;
+
+pub use inventory::{entry_of, inventory_of, prune_plan};
