@@ -12,6 +12,7 @@
 pub mod api;
 pub mod apply;
 pub mod cli;
+pub mod controller;
 pub mod manifests;
 pub mod policy;
 pub mod problem;

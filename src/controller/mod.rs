@@ -1,0 +1,4 @@
+//! The controller: the TenantRepository and CDTarget reconcilers (being built; see the issue
+//! notes). What is here is the pure part they share.
+
+pub mod conditions;
