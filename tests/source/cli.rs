@@ -115,3 +115,34 @@ fn validate_accepts_a_git_url_and_a_tag() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "valid: 4 documents, 3 CDTargets\n");
 }
+
+#[test]
+fn progress_goes_to_stderr_only_when_it_is_a_terminal() {
+    let upstream = Upstream::new();
+    let repo = pushed_example(&upstream);
+    repo.commit_large_random(512 * 1024);
+    repo.push("main");
+    let daemon = GitDaemon::start(&upstream.root());
+    let url = daemon.url("tenant.git");
+
+    // Not a terminal: nothing but the problems (none here) on stderr.
+    let piped = cdtarget(&["validate", &url, "--path", "tenants/payments", "--policy", POLICY]);
+    assert!(piped.status.success());
+    assert!(piped.stderr.is_empty(), "{}", String::from_utf8_lossy(&piped.stderr));
+
+    // Under a pseudo-terminal (util-linux `script`), a progress line appears.
+    if common::process::find_on_path("script").is_none() {
+        eprintln!("SKIP progress_goes_to_stderr_only_when_it_is_a_terminal: `script` (util-linux) is not installed");
+        return;
+    }
+    let command =
+        format!("{} validate {url} --path tenants/payments --policy {POLICY}", env!("CARGO_BIN_EXE_cdtarget"));
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("script runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Receiving objects:"), "{text}");
+}
