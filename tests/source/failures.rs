@@ -26,9 +26,7 @@ fn expect_failure(
 #[test]
 fn ssh_wrong_key_is_authentication_failed_and_keeps_the_snapshot() {
     let Some(sshd) = common::skip_or_fail("ssh_wrong_key", Sshd::start()) else { return };
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (_upstream, repo) = super::tenant_repo();
     let cache = common::test_dir();
     let good = request(&sshd.url(repo.bare_path()), ssh_credentials(&sshd, &sshd.client_key(KeyKind::Ed25519)));
     let snapshot = fetch_updated(cache.path(), &good);
@@ -43,9 +41,7 @@ fn ssh_wrong_key_is_authentication_failed_and_keeps_the_snapshot() {
 #[test]
 fn ssh_wrong_passphrase_is_reported_as_such() {
     let Some(sshd) = common::skip_or_fail("ssh_wrong_passphrase", Sshd::start()) else { return };
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (_upstream, repo) = super::tenant_repo();
     let mut key = sshd.client_key(KeyKind::Ed25519Passphrase);
     key.passphrase = Some("not-the-passphrase".into());
     let cache = common::test_dir();
@@ -58,9 +54,7 @@ fn ssh_wrong_passphrase_is_reported_as_such() {
 #[test]
 fn ssh_changed_host_key_is_refused_and_keeps_the_snapshot() {
     let Some(mut sshd) = common::skip_or_fail("ssh_changed_host_key", Sshd::start()) else { return };
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (_upstream, repo) = super::tenant_repo();
     let key = sshd.client_key(KeyKind::Ed25519);
     let old_known_hosts = sshd.known_hosts();
     let cache = common::test_dir();
@@ -89,9 +83,7 @@ fn old_port(known_hosts: &str) -> String {
 #[test]
 fn ssh_host_missing_from_known_hosts_is_refused() {
     let Some(sshd) = common::skip_or_fail("ssh_unknown_host", Sshd::start()) else { return };
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (_upstream, repo) = super::tenant_repo();
     let key = sshd.client_key(KeyKind::Ed25519);
     let credentials = Credentials::Ssh {
         private_key: key.private_key_pem.clone(),
@@ -113,9 +105,7 @@ fn ssh_without_known_hosts_is_refused_before_connecting() {
 
 #[test]
 fn missing_branch_names_the_ref() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, _repo) = super::tenant_repo();
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();
     let mut request = request(&daemon.url("tenant.git"), Credentials::None);
@@ -126,9 +116,7 @@ fn missing_branch_names_the_ref() {
 
 #[test]
 fn deleted_branch_is_ref_not_found_and_keeps_the_snapshot() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, repo) = super::tenant_repo();
     repo.checkout("feature");
     repo.push("feature");
     let daemon = GitDaemon::start(&upstream.root());
@@ -143,9 +131,7 @@ fn deleted_branch_is_ref_not_found_and_keeps_the_snapshot() {
 
 #[test]
 fn force_push_simply_yields_the_new_revision() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, repo) = super::tenant_repo();
     repo.commit_and_push(&[("more.yaml", CONFIG_MAP)], "second");
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();
@@ -157,9 +143,7 @@ fn force_push_simply_yields_the_new_revision() {
 
 #[test]
 fn server_killed_mid_fetch_is_unreachable_and_keeps_the_snapshot() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, repo) = super::tenant_repo();
     let http = HttpGit::start(&upstream.root());
     let cache = common::test_dir();
     let request = request(&http.url("tenant.git"), Credentials::None);
@@ -206,9 +190,7 @@ fn stalled_servers_time_out_on_every_transport() {
 
 #[test]
 fn server_stalling_mid_request_times_out_and_keeps_the_snapshot() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, repo) = super::tenant_repo();
     let http = HttpGit::start(&upstream.root());
     let cache = common::test_dir();
     let request = request(&http.url("tenant.git"), Credentials::None);
@@ -221,9 +203,7 @@ fn server_stalling_mid_request_times_out_and_keeps_the_snapshot() {
 
 #[test]
 fn oversized_repository_is_refused_and_keeps_the_snapshot() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, repo) = super::tenant_repo();
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();
     let request = request(&daemon.url("tenant.git"), Credentials::None);
@@ -238,9 +218,7 @@ fn oversized_repository_is_refused_and_keeps_the_snapshot() {
 
 #[test]
 fn wrong_token_is_authentication_failed_without_looping_or_leaking() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, _repo) = super::tenant_repo();
     let http = HttpGit::start_with_token(&upstream.root(), "right-token");
     let cache = common::test_dir();
     let message = expect_failure(
@@ -255,9 +233,7 @@ fn wrong_token_is_authentication_failed_without_looping_or_leaking() {
 
 #[test]
 fn https_certificate_outside_the_ca_bundle_is_refused() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, _repo) = super::tenant_repo();
     let https = HttpGit::start_tls(&upstream.root());
     let other = HttpGit::start_tls(&upstream.root());
     let cache = common::test_dir();
@@ -270,9 +246,7 @@ fn https_certificate_outside_the_ca_bundle_is_refused() {
 
 #[test]
 fn corrupt_cache_heals_itself_by_cloning_again() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, repo) = super::tenant_repo();
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();
     let request = request(&daemon.url("tenant.git"), Credentials::None);

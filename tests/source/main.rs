@@ -78,5 +78,13 @@ pub fn ssh_credentials(sshd: &common::Sshd, key: &common::ClientKey) -> Credenti
     }
 }
 
+/// An upstream holding `tenant.git` with one commit of `settings.yaml` on `main`.
+pub fn tenant_repo() -> (common::Upstream, common::UpstreamRepo) {
+    let upstream = common::Upstream::new();
+    let repo = upstream.create("tenant.git");
+    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    (upstream, repo)
+}
+
 /// A manifest file for commits.
 pub const CONFIG_MAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"1\"\n";

@@ -65,9 +65,7 @@ fn http_clone_with_token_and_noop_refetch_asks_only_for_refs() {
 
 #[test]
 fn git_daemon_clone_noop_refetch_and_new_commit() {
-    let upstream = Upstream::new();
-    let repo = upstream.create("tenant.git");
-    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let (upstream, repo) = super::tenant_repo();
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();
     let request = request(&daemon.url("tenant.git"), Credentials::None);
