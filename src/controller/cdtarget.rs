@@ -1,0 +1,463 @@
+//! The CDTarget reconciler: read the policy and the referenced Secrets, render the four children,
+//! server-side apply them with controller owner references, and write status once.
+//!
+//! The decision (what to apply, which health to report, when to come back) is [`plan`], a pure
+//! function over what was read; [`reconcile`] only reads, calls it, and executes the result.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::api::keda::{ScaledObject, TriggerAuthentication};
+use crate::api::{CDTarget, CDTargetStatus, FIELD_MANAGER, RenderedSummary};
+use crate::controller::conditions::{self, Health};
+use crate::policy::{self, Policy};
+use crate::problem::Problem;
+use crate::render::{self, Children, Scaling, SecretDigests};
+
+/// Condition reason: every child was applied.
+pub const REASON_APPLIED: &str = "Applied";
+/// Condition reason: children applied, but as a plain Deployment because KEDA is not installed.
+pub const REASON_KEDA_NOT_INSTALLED: &str = "KedaNotInstalled";
+/// Condition reason: the CDTarget breaks a rule; every problem is in the message.
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+/// Condition reason: the cluster admin's policy ConfigMap cannot be read as a policy.
+pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
+/// Condition reason: a referenced Secret (or the token key in it) does not exist yet.
+pub const REASON_SECRET_NOT_FOUND: &str = "SecretNotFound";
+/// Condition reason: the API server refused a request; retried with back-off.
+pub const REASON_API_ERROR: &str = "ApiError";
+
+/// Resync of a CDTarget whose children are in place (drift repair).
+pub const RESYNC: Duration = Duration::from_secs(10 * 60);
+/// Retry of a CDTarget waiting for a Secret (the Secret watch usually comes first).
+pub const WAIT_RETRY: Duration = Duration::from_secs(30);
+/// Resync of a stalled CDTarget: only a change of the spec or the policy helps, and those
+/// changes trigger a reconcile through the watches; this is a safety net.
+pub const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
+/// Back-off after a transient error.
+pub const TRANSIENT_RETRY: Duration = Duration::from_secs(15);
+
+/// What the CDTarget reconciler needs.
+#[derive(Clone)]
+pub struct Context {
+    /// The controller's own client (not impersonating anyone).
+    pub client: Client,
+    /// Namespace of the policy ConfigMap (the controller's namespace).
+    pub policy_namespace: String,
+    /// Name of the policy ConfigMap (key `policy.yaml`, or the seed's key `ports`).
+    pub policy_name: String,
+    /// Whether the KEDA CRDs (`ScaledObject`, `TriggerAuthentication`) exist in the cluster.
+    pub keda: bool,
+}
+
+// === impl Error ===
+
+/// How an error is handled (Flux's classes): it decides the condition and the requeue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Someone must change the spec or the cluster: retry only after a long while.
+    Stalled,
+    /// A dependency is not there yet: retry soon.
+    Waiting,
+    /// Anything else: back off and retry.
+    Transient,
+}
+
+/// A failure of one CDTarget reconcile. Problems with the tenant's or admin's input are not
+/// errors: they end in a Stalled or Reconciling status written by [`reconcile`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CDTarget has no namespace (it was not read from the cluster).
+    #[error("CDTarget {0} has no namespace")]
+    NotNamespaced(String),
+    /// Reading an object failed.
+    #[error("reading {kind} {name}: {source}")]
+    Read {
+        /// Kind read.
+        kind: &'static str,
+        /// `namespace/name`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying a child failed.
+    #[error("applying {kind} {name}: {source}")]
+    Apply {
+        /// Kind applied.
+        kind: String,
+        /// `namespace/name`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing status failed.
+    #[error("writing the status of CDTarget {name}: {source}")]
+    Status {
+        /// `namespace/name`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        let source = match self {
+            Error::NotNamespaced(_) => return ErrorClass::Stalled,
+            Error::Read { source, .. } | Error::Apply { source, .. } | Error::Status { source, .. } => source,
+        };
+        match source {
+            // The rendered object was refused as invalid: retrying the same object cannot help.
+            kube::Error::Api(status) if status.code == 400 || status.code == 422 => ErrorClass::Stalled,
+            // A missing kind (CRD removed) or missing permissions: waiting for the platform.
+            kube::Error::Api(status) if status.code == 403 || status.code == 404 => ErrorClass::Waiting,
+            _ => ErrorClass::Transient,
+        }
+    }
+
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NotNamespaced(_) => "not_namespaced",
+            Error::Read { .. } => "read",
+            Error::Apply { .. } => "apply",
+            Error::Status { .. } => "status",
+        }
+    }
+}
+
+/// The requeue after a failed reconcile, chosen by the error's class.
+pub fn error_policy(_target: Arc<CDTarget>, error: &Error, _ctx: Arc<Context>) -> Action {
+    match error.class() {
+        ErrorClass::Stalled => Action::requeue(STALLED_RESYNC),
+        ErrorClass::Waiting => Action::requeue(WAIT_RETRY),
+        ErrorClass::Transient => Action::requeue(TRANSIENT_RETRY),
+    }
+}
+
+// === the pure decision ===
+
+/// A referenced Secret as read: its data, or `None` when it does not exist.
+pub type SecretsRead = BTreeMap<String, Option<BTreeMap<String, ByteString>>>;
+
+/// What one reconcile decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The health to report.
+    pub health: Health,
+    /// The children to apply, in order; `None` leaves the children in the cluster untouched.
+    pub children: Option<Children>,
+    /// The rendered summary for status (the previous one when nothing is applied).
+    pub rendered: Option<RenderedSummary>,
+    /// When to reconcile again.
+    pub requeue: Duration,
+}
+
+/// Decides what to do with `target` given the policy (or why it is invalid), the referenced
+/// Secrets as read, and whether KEDA is installed. Order: the admin's policy, then the tenant's
+/// spec (both need a human, so they are reported before waiting for a Secret), then the Secrets.
+pub fn plan(target: &CDTarget, policy: &Result<Policy, Vec<Problem>>, secrets: &SecretsRead, keda: bool) -> Plan {
+    let previous = target.status.as_ref().and_then(|s| s.rendered.clone());
+    let keep = |health: Health, requeue: Duration| Plan { health, children: None, rendered: previous.clone(), requeue };
+
+    let policy = match policy {
+        Ok(policy) => policy,
+        Err(problems) => {
+            let message = format!("the platform policy is invalid (ask a cluster admin): {}", list(problems));
+            return keep(stalled(REASON_INVALID_POLICY, message), STALLED_RESYNC);
+        }
+    };
+    let valid = match render::validate(target, policy) {
+        Ok(valid) => valid,
+        Err(problems) => return keep(stalled(REASON_INVALID_SPEC, list(&problems)), STALLED_RESYNC),
+    };
+    let digests = match secret_digests(target, secrets) {
+        Ok(digests) => digests,
+        Err(message) => {
+            let health = Health::Progressing { reason: REASON_SECRET_NOT_FOUND.into(), message };
+            return keep(health, WAIT_RETRY);
+        }
+    };
+
+    let scaling = if keda { Scaling::Keda } else { Scaling::Fixed };
+    let children = render::children(&valid, policy, &digests, scaling);
+    let rendered = RenderedSummary {
+        network_policy: children.network_policy.name_any(),
+        deployment: children.deployment.name_any(),
+        scaled_object: children.scaled_object.as_ref().map(ResourceExt::name_any),
+        trigger_authentication: children.trigger_authentication.as_ref().map(ResourceExt::name_any),
+        destinations: valid.destinations.iter().map(ToString::to_string).collect(),
+        secrets_digest: Some(render::secrets_digest(target, &digests)),
+    };
+    let applied = format!("applied NetworkPolicy {} and Deployment {}", rendered.network_policy, rendered.deployment);
+    let health = if keda {
+        Health::Ready {
+            reason: REASON_APPLIED.into(),
+            message: format!("{applied}, with KEDA ScaledObject {0} and TriggerAuthentication {0}", valid.name),
+        }
+    } else {
+        Health::Ready {
+            reason: REASON_KEDA_NOT_INSTALLED.into(),
+            message: format!(
+                "{applied}; KEDA is not installed, so a plain Deployment at minReplicaCount ({} replicas) and no autoscaling",
+                valid.min_replicas
+            ),
+        }
+    };
+    Plan { health, children: Some(children), rendered: Some(rendered), requeue: RESYNC }
+}
+
+/// Digests of the referenced Secrets, or why the agents cannot start yet. Never mentions a
+/// Secret's content.
+fn secret_digests(target: &CDTarget, secrets: &SecretsRead) -> Result<SecretDigests, String> {
+    let mut digests = SecretDigests::new();
+    let mut missing = Vec::new();
+    for name in render::referenced_secrets(target) {
+        match secrets.get(name).and_then(Option::as_ref) {
+            None => missing.push(format!("Secret {name} does not exist")),
+            Some(data) => {
+                if name == target.spec.token_ref && data.get(render::keda::TOKEN_KEY).is_none_or(|v| v.0.is_empty()) {
+                    missing.push(format!("Secret {name} has no non-empty key {}", render::keda::TOKEN_KEY));
+                }
+                digests.insert(name.to_owned(), render::secret_digest(data));
+            }
+        }
+    }
+    if missing.is_empty() {
+        Ok(digests)
+    } else {
+        Err(format!("waiting for the referenced Secrets: {}", missing.join("; ")))
+    }
+}
+
+fn stalled(reason: &str, message: String) -> Health {
+    Health::Stalled { reason: reason.into(), message }
+}
+
+/// `field: message; field: message` (a problem's display leaves out unknown parts).
+fn list(problems: &[Problem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// The status after a reconcile: conditions summarised from `health`, for the current generation.
+pub fn next_status(
+    target: &CDTarget,
+    health: &Health,
+    rendered: Option<RenderedSummary>,
+    now: &Time,
+) -> CDTargetStatus {
+    let generation = target.metadata.generation;
+    let mut status = target.status.clone().unwrap_or_default();
+    conditions::summarize(&mut status.conditions, health, generation, now);
+    status.observed_generation = generation;
+    status.rendered = rendered;
+    status
+}
+
+// === the I/O ===
+
+/// Reconciles one CDTarget (see the module documentation).
+pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = target.name_any();
+    let namespace = target.namespace().ok_or_else(|| Error::NotNamespaced(name.clone()))?;
+
+    let policy = read_policy(&ctx).await?;
+    let secrets = read_secrets(&ctx.client, &namespace, &target).await?;
+    let plan = plan(&target, &policy, &secrets, ctx.keda);
+
+    let result = match &plan.children {
+        Some(children) => apply_children(&ctx.client, &namespace, children).await,
+        None => Ok(()),
+    };
+    let (health, requeue) = match &result {
+        Ok(()) => (plan.health.clone(), plan.requeue),
+        Err(e) => (Health::Progressing { reason: REASON_API_ERROR.into(), message: e.to_string() }, TRANSIENT_RETRY),
+    };
+    let rendered = if result.is_ok() { plan.rendered } else { target.status.as_ref().and_then(|s| s.rendered.clone()) };
+    let status = next_status(&target, &health, rendered, &Time(Timestamp::now()));
+    write_status(&ctx.client, &namespace, &target, status).await?;
+    result?;
+    Ok(Action::requeue(requeue))
+}
+
+/// The policy ConfigMap: absent means the documented defaults.
+async fn read_policy(ctx: &Context) -> Result<Result<Policy, Vec<Problem>>, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.policy_namespace);
+    let config_map = api.get_opt(&ctx.policy_name).await.map_err(|source| Error::Read {
+        kind: "ConfigMap",
+        name: format!("{}/{}", ctx.policy_namespace, ctx.policy_name),
+        source,
+    })?;
+    Ok(match config_map {
+        None => Ok(Policy::default()),
+        Some(config_map) => {
+            let value = serde_json::to_value(&config_map).unwrap_or_default();
+            policy::from_config_map(&value)
+        }
+    })
+}
+
+/// Every referenced Secret that has a usable name; an invalid name is reported by validation.
+async fn read_secrets(client: &Client, namespace: &str, target: &CDTarget) -> Result<SecretsRead, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut secrets = SecretsRead::new();
+    for name in render::referenced_secrets(target) {
+        if name.is_empty() || secrets.contains_key(name) {
+            continue;
+        }
+        let secret = api.get_opt(name).await.map_err(|source| Error::Read {
+            kind: "Secret",
+            name: format!("{namespace}/{name}"),
+            source,
+        })?;
+        secrets.insert(name.to_owned(), secret.map(|s| s.data.unwrap_or_default()));
+    }
+    Ok(secrets)
+}
+
+/// Applies the children in order: the TriggerAuthentication before the ScaledObject using it.
+async fn apply_children(client: &Client, namespace: &str, children: &Children) -> Result<(), Error> {
+    if let Some(auth) = &children.trigger_authentication {
+        apply::<TriggerAuthentication>(client, namespace, auth).await?;
+    }
+    apply::<NetworkPolicy>(client, namespace, &children.network_policy).await?;
+    apply::<Deployment>(client, namespace, &children.deployment).await?;
+    if let Some(scaled) = &children.scaled_object {
+        apply::<ScaledObject>(client, namespace, scaled).await?;
+    }
+    Ok(())
+}
+
+async fn apply<K>(client: &Client, namespace: &str, object: &K) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let name = object.name_any();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(object)).await.map_err(|source| Error::Apply {
+        kind: K::kind(&()).into_owned(),
+        name: format!("{namespace}/{name}"),
+        source,
+    })?;
+    Ok(())
+}
+
+/// Writes status with server-side apply; nothing is sent when it did not change.
+async fn write_status(
+    client: &Client,
+    namespace: &str,
+    target: &CDTarget,
+    status: CDTargetStatus,
+) -> Result<(), Error> {
+    if target.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = target.name_any();
+    let api: Api<CDTarget> = Api::namespaced(client.clone(), namespace);
+    let patch = json!({
+        "apiVersion": CDTarget::api_version(&()),
+        "kind": CDTarget::kind(&()),
+        "status": status,
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(&name, &params, &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::Status { name: format!("{namespace}/{name}"), source })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::{AgentConfig, CDTargetSpec};
+
+    use super::*;
+
+    fn target(ip: &[&str]) -> CDTarget {
+        let spec = CDTargetSpec {
+            ip: ip.iter().map(|s| (*s).to_owned()).collect(),
+            agent_image: "ghcr.io/acme/azp-agent:1".into(),
+            token_ref: "azp-token".into(),
+            config: AgentConfig {
+                url: "https://dev.azure.com/acme".into(),
+                pool_name: "pool".into(),
+                ..AgentConfig::default()
+            },
+            ..CDTargetSpec::default()
+        };
+        let mut target = CDTarget::new("agents", spec);
+        target.metadata.namespace = Some("team-a".into());
+        target
+    }
+
+    fn token(value: &str) -> SecretsRead {
+        let data = BTreeMap::from([("AZP_TOKEN".to_owned(), ByteString(value.as_bytes().to_vec()))]);
+        SecretsRead::from([("azp-token".to_owned(), Some(data))])
+    }
+
+    fn reason(health: &Health) -> &str {
+        match health {
+            Health::Ready { reason, .. } | Health::Stalled { reason, .. } | Health::Progressing { reason, .. } => {
+                reason
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_spec_is_reported_before_a_missing_secret_and_applies_nothing() {
+        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), true);
+        assert!(
+            matches!(&plan.health, Health::Stalled { reason, message } if reason == REASON_INVALID_SPEC && message.starts_with("spec.ip[0]: "))
+        );
+        assert_eq!(plan.children, None);
+    }
+
+    #[test]
+    fn empty_token_waits_without_revealing_secret_content() {
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), true);
+        assert_eq!(reason(&plan.health), REASON_SECRET_NOT_FOUND);
+        assert_eq!((plan.children, plan.requeue), (None, WAIT_RETRY));
+    }
+
+    #[test]
+    fn without_keda_no_autoscaler_is_planned() {
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false);
+        assert_eq!(reason(&plan.health), REASON_KEDA_NOT_INSTALLED);
+        let children = plan.children.expect("children");
+        assert!(children.scaled_object.is_none() && children.trigger_authentication.is_none());
+    }
+
+    #[test]
+    fn invalid_policy_stalls_and_keeps_the_previous_summary() {
+        let mut target = target(&["10.1.2.3"]);
+        let previous = RenderedSummary { deployment: "agents".into(), ..RenderedSummary::default() };
+        target.status = Some(CDTargetStatus { rendered: Some(previous.clone()), ..CDTargetStatus::default() });
+        let problems = Err(vec![Problem::field("data.ports", "bad")]);
+        let plan = plan(&target, &problems, &token("pat"), true);
+        assert_eq!(reason(&plan.health), REASON_INVALID_POLICY);
+        assert_eq!(plan.rendered, Some(previous));
+    }
+}

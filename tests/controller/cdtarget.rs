@@ -1,0 +1,311 @@
+//! The CDTarget reconciler against the fake API server.
+
+use std::time::Duration;
+
+use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::labels::SECRETS_DIGEST;
+use cdtarget::api::{CDTarget, CDTargetStatus};
+use cdtarget::controller::conditions::{READY, RECONCILING, STALLED, is_true};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use crate::support::{Cluster, NAME, NAMESPACE, TOKEN, cluster_with_target, target, uid};
+
+fn status(target: &CDTarget) -> CDTargetStatus {
+    target.status.clone().expect("status written")
+}
+
+fn condition<'a>(status: &'a CDTargetStatus, kind: &str) -> &'a Condition {
+    status.conditions.iter().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no {kind} in {status:#?}"))
+}
+
+async fn deployment(cluster: &Cluster) -> Deployment {
+    cluster.api::<Deployment>().get(NAME).await.expect("Deployment")
+}
+
+async fn network_policy(cluster: &Cluster) -> NetworkPolicy {
+    cluster.api::<NetworkPolicy>().get(NAME).await.expect("NetworkPolicy")
+}
+
+fn digest_annotation(deployment: &Deployment) -> String {
+    let template = &deployment.spec.as_ref().unwrap().template;
+    template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()[SECRETS_DIGEST].clone()
+}
+
+fn egress_ports(policy: &NetworkPolicy) -> Vec<i32> {
+    let mut ports: Vec<i32> = policy
+        .spec
+        .as_ref()
+        .unwrap()
+        .egress
+        .iter()
+        .flatten()
+        .flat_map(|rule| rule.ports.iter().flatten())
+        .filter_map(|p| match p.port.as_ref()? {
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => Some(*n),
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(_) => None,
+        })
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+fn assert_controlled_by(
+    object_refs: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+    uid: &str,
+) {
+    let refs = object_refs.expect("owner references");
+    assert_eq!(refs.len(), 1, "{refs:#?}");
+    let owner = &refs[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("CDTarget", NAME, uid));
+    assert_eq!(owner.controller, Some(true));
+}
+
+#[tokio::test]
+async fn first_reconcile_applies_four_children_owned_by_the_cdtarget_and_reports_ready() {
+    let cluster = cluster_with_target(true).await;
+    let uid = uid(&cluster).await;
+
+    let action = cluster.reconcile().await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(600)));
+
+    let np = network_policy(&cluster).await;
+    let deploy = deployment(&cluster).await;
+    let scaled = cluster.api::<ScaledObject>().get(NAME).await.expect("ScaledObject");
+    let auth = cluster.api::<TriggerAuthentication>().get(NAME).await.expect("TriggerAuthentication");
+    assert_controlled_by(np.metadata.owner_references.as_ref(), &uid);
+    assert_controlled_by(deploy.metadata.owner_references.as_ref(), &uid);
+    assert_controlled_by(scaled.metadata.owner_references.as_ref(), &uid);
+    assert_controlled_by(auth.metadata.owner_references.as_ref(), &uid);
+    // With KEDA the HPA owns replicas.
+    assert_eq!(deploy.spec.as_ref().unwrap().replicas, None);
+
+    let writes = cluster.writes();
+    let children: Vec<_> = writes.iter().filter(|w| w.starts_with("patch ")).collect();
+    assert_eq!(
+        children,
+        [
+            "patch TriggerAuthentication team-a/agents",
+            "patch NetworkPolicy team-a/agents",
+            "patch Deployment team-a/agents",
+            "patch ScaledObject team-a/agents",
+        ],
+        "children applied in order, once each"
+    );
+    assert_eq!(writes.iter().filter(|w| w.starts_with("status ")).count(), 1, "status written once: {writes:#?}");
+}
+
+#[tokio::test]
+async fn status_records_the_observed_generation_the_conditions_and_what_was_rendered() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+
+    let stored = cluster.target().await;
+    let status = status(&stored);
+    assert_eq!(status.observed_generation, stored.metadata.generation);
+    assert!(status.observed_generation.is_some());
+    let ready = condition(&status, READY);
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Applied"));
+    assert_eq!(ready.observed_generation, stored.metadata.generation);
+    assert!(!status.conditions.iter().any(|c| c.type_ == STALLED || c.type_ == RECONCILING));
+
+    let rendered = status.rendered.expect("rendered summary");
+    assert_eq!(rendered.deployment, NAME);
+    assert_eq!(rendered.network_policy, NAME);
+    assert_eq!(rendered.scaled_object.as_deref(), Some(NAME));
+    assert_eq!(rendered.trigger_authentication.as_deref(), Some(NAME));
+    assert_eq!(rendered.destinations, ["10.1.2.3/32", "192.168.10.0/24"]);
+    assert_eq!(rendered.secrets_digest, Some(digest_annotation(&deployment(&cluster).await)));
+}
+
+#[tokio::test]
+async fn an_unchanged_second_reconcile_writes_no_status() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    cluster.clear_writes();
+
+    cluster.reconcile().await;
+    assert!(!cluster.writes().iter().any(|w| w.starts_with("status ")), "{:#?}", cluster.writes());
+}
+
+#[tokio::test]
+async fn missing_token_secret_waits_with_secret_not_found_and_creates_nothing() {
+    let cluster = Cluster::new(true).await;
+    cluster.create_target(&target()).await;
+    cluster.clear_writes();
+
+    let action = cluster.reconcile().await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
+
+    let status = status(&cluster.target().await);
+    let ready = condition(&status, READY);
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "SecretNotFound"));
+    assert!(ready.message.contains(TOKEN), "{}", ready.message);
+    assert!(is_true(&status.conditions, RECONCILING));
+    assert!(!status.conditions.iter().any(|c| c.type_ == STALLED));
+
+    assert_eq!(cluster.writes(), ["status CDTarget team-a/agents"], "only status is written");
+    assert!(cluster.api::<Secret>().list(&Default::default()).await.unwrap().items.is_empty());
+    assert!(cluster.api::<Deployment>().get_opt(NAME).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn token_secret_without_azp_token_key_waits_and_leaves_the_running_children_alone() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    let before = deployment(&cluster).await;
+    cluster.put_secret(TOKEN, &[("AZP_TOKEN", "")]).await;
+    cluster.clear_writes();
+
+    cluster.reconcile().await;
+
+    let status = status(&cluster.target().await);
+    let ready = condition(&status, READY);
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "SecretNotFound"));
+    assert!(ready.message.contains("AZP_TOKEN") && !ready.message.contains("pat-1"), "{}", ready.message);
+    assert_eq!(cluster.writes(), ["status CDTarget team-a/agents"]);
+    assert_eq!(deployment(&cluster).await, before);
+    // What is running is still described in status.
+    assert!(status.rendered.is_some());
+}
+
+#[tokio::test]
+async fn invalid_spec_stalls_naming_every_problem_and_keeps_the_children() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    let (deploy_before, np_before) = (deployment(&cluster).await, network_policy(&cluster).await);
+
+    let mut spec = target().spec;
+    spec.ip = vec!["10.0.0.0/8".into(), "not-an-ip".into()];
+    cluster.set_spec(&spec).await;
+    cluster.clear_writes();
+
+    let action = cluster.reconcile().await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(3600)));
+
+    let stored = cluster.target().await;
+    let status = status(&stored);
+    let stalled = condition(&status, STALLED);
+    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "InvalidSpec"));
+    assert!(stalled.message.contains("spec.ip[0]: "), "{}", stalled.message);
+    assert!(stalled.message.contains("spec.ip[1]: "), "{}", stalled.message);
+    let ready = condition(&status, READY);
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+    assert_eq!(status.observed_generation, stored.metadata.generation);
+
+    assert_eq!(cluster.writes(), ["status CDTarget team-a/agents"], "no child is touched");
+    assert_eq!(deployment(&cluster).await, deploy_before);
+    assert_eq!(network_policy(&cluster).await, np_before);
+}
+
+#[tokio::test]
+async fn invalid_policy_stalls_and_keeps_the_children() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    let before = network_policy(&cluster).await;
+    cluster.put_policy("ports", "443\nhttps\n").await;
+    cluster.clear_writes();
+
+    cluster.reconcile().await;
+
+    let status = status(&cluster.target().await);
+    let stalled = condition(&status, STALLED);
+    assert_eq!(stalled.reason, "InvalidPolicy");
+    assert!(stalled.message.contains("data.ports"), "{}", stalled.message);
+    assert_eq!(cluster.writes(), ["status CDTarget team-a/agents"]);
+    assert_eq!(network_policy(&cluster).await, before);
+}
+
+#[tokio::test]
+async fn policy_change_re_renders_the_network_policy() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    let defaults = egress_ports(&network_policy(&cluster).await);
+    assert!(defaults.contains(&5986) && !defaults.contains(&1433), "{defaults:?}");
+
+    // The seed's cdtarget-ports format.
+    cluster.put_policy("ports", "1433\n5986\n").await;
+    cluster.reconcile().await;
+    let legacy = egress_ports(&network_policy(&cluster).await);
+    assert!(legacy.contains(&1433), "{legacy:?}");
+
+    cluster.put_policy("policy.yaml", "egress:\n  ports:\n    - {port: 8443}\n").await;
+    cluster.reconcile().await;
+    let current = egress_ports(&network_policy(&cluster).await);
+    assert!(current.contains(&8443) && !current.contains(&1433), "{current:?}");
+}
+
+#[tokio::test]
+async fn rotated_token_secret_changes_the_pod_template_digest() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    let before = digest_annotation(&deployment(&cluster).await);
+
+    cluster.put_secret(TOKEN, &[("AZP_TOKEN", "pat-2")]).await;
+    cluster.reconcile().await;
+
+    let after = digest_annotation(&deployment(&cluster).await);
+    assert_ne!(before, after);
+    assert_eq!(status(&cluster.target().await).rendered.unwrap().secrets_digest, Some(after));
+}
+
+#[tokio::test]
+async fn proxy_secret_rotation_also_rolls_the_agents() {
+    let cluster = cluster_with_target(true).await;
+    let mut spec = target().spec;
+    spec.proxy_ref = Some("proxy".into());
+    cluster.set_spec(&spec).await;
+    cluster.put_secret("proxy", &[("HTTPS_PROXY", "http://proxy-1:3128")]).await;
+    cluster.reconcile().await;
+    let before = digest_annotation(&deployment(&cluster).await);
+
+    cluster.put_secret("proxy", &[("HTTPS_PROXY", "http://proxy-2:3128")]).await;
+    cluster.reconcile().await;
+    assert_ne!(digest_annotation(&deployment(&cluster).await), before);
+}
+
+#[tokio::test]
+async fn without_keda_a_plain_deployment_runs_at_min_replica_count() {
+    let cluster = cluster_with_target(false).await;
+    let uid = uid(&cluster).await;
+
+    cluster.reconcile().await;
+
+    let deploy = deployment(&cluster).await;
+    assert_eq!(deploy.spec.as_ref().unwrap().replicas, Some(2));
+    assert_controlled_by(deploy.metadata.owner_references.as_ref(), &uid);
+    let writes = cluster.writes();
+    assert!(!writes.iter().any(|w| w.contains("ScaledObject") || w.contains("TriggerAuthentication")), "{writes:#?}");
+
+    let status = status(&cluster.target().await);
+    let ready = condition(&status, READY);
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "KedaNotInstalled"));
+    assert!(ready.message.contains("plain Deployment at minReplicaCount"), "{}", ready.message);
+    let rendered = status.rendered.unwrap();
+    assert_eq!((rendered.scaled_object, rendered.trigger_authentication), (None, None));
+}
+
+#[tokio::test]
+async fn fixing_the_spec_after_a_stall_brings_ready_back() {
+    let cluster = cluster_with_target(true).await;
+    let mut spec = target().spec;
+    spec.ip = vec!["10.0.0.0/8".into()];
+    cluster.set_spec(&spec).await;
+    cluster.reconcile().await;
+    assert!(is_true(&status(&cluster.target().await).conditions, STALLED));
+    assert!(cluster.api::<Deployment>().get_opt(NAME).await.unwrap().is_none());
+
+    cluster.set_spec(&target().spec).await;
+    cluster.reconcile().await;
+    let stored = cluster.target().await;
+    let status = status(&stored);
+    assert!(is_true(&status.conditions, READY));
+    assert!(!status.conditions.iter().any(|c| c.type_ == STALLED));
+    assert_eq!(status.observed_generation, stored.metadata.generation);
+    assert_eq!(deployment(&cluster).await.namespace().as_deref(), Some(NAMESPACE));
+}

@@ -1,0 +1,5 @@
+//! Controller tests against kube-fake-client (an in-memory API server): reconcilers are called
+//! directly, as the watches would call them (the fake serves no watches).
+
+mod cdtarget;
+mod support;

@@ -1,0 +1,194 @@
+//! A fake cluster for the reconcilers: kube-fake-client with cdtarget's and KEDA's kinds, an
+//! interceptor that records every mutating request, and fixtures.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::{AgentConfig, CDTarget, CDTargetSpec};
+use cdtarget::controller::cdtarget::{Context, reconcile};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
+use kube_fake_client::{ClientBuilder, interceptor};
+use serde_json::Value;
+
+/// The tenant namespace of every test.
+pub const NAMESPACE: &str = "team-a";
+/// Name of the CDTarget under test.
+pub const NAME: &str = "agents";
+/// The controller's namespace, holding the policy ConfigMap.
+pub const PLATFORM: &str = "cdtarget-system";
+/// Name of the policy ConfigMap.
+pub const POLICY: &str = "cdtarget-policy";
+/// Name of the token Secret.
+pub const TOKEN: &str = "azp-token";
+
+/// One mutating request seen by the fake: `verb kind namespace/name`.
+pub type Writes = Arc<Mutex<Vec<String>>>;
+
+/// A fake cluster and the controller context pointing at it.
+pub struct Cluster {
+    /// Client of the fake.
+    pub client: Client,
+    /// Every create and patch (spec or status) sent, in order.
+    pub writes: Writes,
+    keda: bool,
+}
+
+fn describe(verb: &str, object: &Value, namespace: &str, name: &str) -> String {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
+    format!("{verb} {kind} {namespace}/{name}")
+}
+
+impl Cluster {
+    /// An empty cluster; `keda` says whether the KEDA CRDs are installed.
+    pub async fn new(keda: bool) -> Cluster {
+        // kube-fake-client enables kube's default (ring) TLS features: pick one provider.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let writes = Writes::default();
+        let (on_create, on_patch, on_status) = (writes.clone(), writes.clone(), writes.clone());
+        let funcs = interceptor::Funcs::new()
+            .create(move |ctx| {
+                let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
+                let ns = ctx.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+                on_create.lock().unwrap().push(describe("create", ctx.object, ns, name));
+                Ok(None)
+            })
+            .patch(move |ctx| {
+                on_patch.lock().unwrap().push(describe("patch", ctx.patch, ctx.namespace, ctx.name));
+                Ok(None)
+            })
+            .patch_status(move |ctx| {
+                on_status.lock().unwrap().push(describe("status", ctx.patch, ctx.namespace, ctx.name));
+                Ok(None)
+            });
+        let mut builder = ClientBuilder::new()
+            .with_resource::<CDTarget>()
+            .with_status_subresource::<CDTarget>()
+            .with_interceptor_funcs(funcs);
+        if keda {
+            builder = builder.with_resource::<ScaledObject>().with_resource::<TriggerAuthentication>();
+        }
+        let client = builder.build().await.expect("fake client");
+        Cluster { client, writes, keda }
+    }
+
+    /// The reconciler's context for this cluster.
+    pub fn context(&self) -> Arc<Context> {
+        Arc::new(Context {
+            client: self.client.clone(),
+            policy_namespace: PLATFORM.into(),
+            policy_name: POLICY.into(),
+            keda: self.keda,
+        })
+    }
+
+    /// Typed access to a namespaced kind in the tenant namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// Creates the CDTarget through the API, so that it has a uid and a generation.
+    pub async fn create_target(&self, target: &CDTarget) {
+        self.api::<CDTarget>().create(&PostParams::default(), target).await.expect("create CDTarget");
+    }
+
+    /// Replaces the CDTarget's spec (a tenant push).
+    pub async fn set_spec(&self, spec: &CDTargetSpec) {
+        let patch = serde_json::json!({ "spec": spec });
+        self.api::<CDTarget>()
+            .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch CDTarget spec");
+    }
+
+    /// Creates or replaces a Secret in the tenant namespace.
+    pub async fn put_secret(&self, name: &str, data: &[(&str, &str)]) {
+        let secret = Secret {
+            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
+            ..Secret::default()
+        };
+        let api = self.api::<Secret>();
+        let params = PatchParams::apply("test").force();
+        api.patch(name, &params, &Patch::Apply(&secret)).await.expect("put Secret");
+    }
+
+    /// Creates or replaces the policy ConfigMap with `data`.
+    pub async fn put_policy(&self, key: &str, value: &str) {
+        let config_map = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(POLICY.into()),
+                namespace: Some(PLATFORM.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+            ..ConfigMap::default()
+        };
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), PLATFORM);
+        // Replace the data wholesale: the fake's apply merges maps.
+        let _ = api.delete(POLICY, &Default::default()).await;
+        api.create(&PostParams::default(), &config_map).await.expect("create policy ConfigMap");
+    }
+
+    /// The CDTarget as stored now.
+    pub async fn target(&self) -> CDTarget {
+        self.api::<CDTarget>().get(NAME).await.expect("get CDTarget")
+    }
+
+    /// Reads the CDTarget and reconciles it once, as a watch event would.
+    pub async fn reconcile(&self) -> Action {
+        let target = self.target().await;
+        reconcile(Arc::new(target), self.context()).await.expect("reconcile")
+    }
+
+    /// Forgets the writes recorded so far.
+    pub fn clear_writes(&self) {
+        self.writes.lock().unwrap().clear();
+    }
+
+    /// The writes recorded since the last [`Cluster::clear_writes`].
+    pub fn writes(&self) -> Vec<String> {
+        self.writes.lock().unwrap().clone()
+    }
+}
+
+/// A valid CDTarget `agents` in `team-a`, reading its token from `azp-token`.
+pub fn target() -> CDTarget {
+    let spec = CDTargetSpec {
+        ip: vec!["10.1.2.3".into(), "192.168.10.0/24".into()],
+        agent_image: "ghcr.io/acme/azp-agent:1".into(),
+        token_ref: TOKEN.into(),
+        min_replica_count: Some(2),
+        max_replica_count: Some(5),
+        config: AgentConfig {
+            url: "https://dev.azure.com/acme".into(),
+            pool_name: "pool".into(),
+            ..AgentConfig::default()
+        },
+        ..CDTargetSpec::default()
+    };
+    let mut target = CDTarget::new(NAME, spec);
+    target.metadata.namespace = Some(NAMESPACE.into());
+    target
+}
+
+/// A cluster holding `target()` and its token Secret.
+pub async fn cluster_with_target(keda: bool) -> Cluster {
+    let cluster = Cluster::new(keda).await;
+    cluster.put_secret(TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
+    cluster.create_target(&target()).await;
+    cluster.clear_writes();
+    cluster
+}
+
+/// The uid of the stored CDTarget.
+pub async fn uid(cluster: &Cluster) -> String {
+    cluster.target().await.uid().expect("the fake sets a uid")
+}
