@@ -171,6 +171,10 @@ pub struct TenantRepositoryStatus {
     /// The commit last applied in full.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_revision: Option<String>,
+    /// Digest of the set last applied in full (every object as sent, in order): with
+    /// `lastAppliedRevision` it lets an unchanged cycle send no request at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_digest: Option<String>,
     /// Every object applied from the repository, so that what leaves Git can be pruned.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,

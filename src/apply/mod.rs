@@ -2,5 +2,6 @@
 //! leaves Git. The plan is data computed by pure functions; the controller executes it.
 
 pub mod inventory;
+pub mod server_side;
 
 pub use inventory::{entry_of, inventory_of, prune_plan};

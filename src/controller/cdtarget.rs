@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -25,7 +25,7 @@ use serde_json::json;
 use crate::api::keda::{ScaledObject, TriggerAuthentication};
 use crate::api::{CDTarget, CDTargetStatus, FIELD_MANAGER, RenderedSummary};
 use crate::controller::conditions::{self, Health};
-use crate::policy::{self, Policy};
+use crate::policy::Policy;
 use crate::problem::Problem;
 use crate::render::{self, Children, Scaling, SecretDigests};
 
@@ -301,18 +301,10 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
 
 /// The policy ConfigMap: absent means the documented defaults.
 async fn read_policy(ctx: &Context) -> Result<Result<Policy, Vec<Problem>>, Error> {
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.policy_namespace);
-    let config_map = api.get_opt(&ctx.policy_name).await.map_err(|source| Error::Read {
+    super::read_policy(&ctx.client, &ctx.policy_namespace, &ctx.policy_name).await.map_err(|source| Error::Read {
         kind: "ConfigMap",
         name: format!("{}/{}", ctx.policy_namespace, ctx.policy_name),
         source,
-    })?;
-    Ok(match config_map {
-        None => Ok(Policy::default()),
-        Some(config_map) => {
-            let value = serde_json::to_value(&config_map).unwrap_or_default();
-            policy::from_config_map(&value)
-        }
     })
 }
 

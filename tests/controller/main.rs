@@ -1,5 +1,9 @@
 //! Controller tests against kube-fake-client (an in-memory API server): reconcilers are called
 //! directly, as the watches would call them (the fake serves no watches).
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod cdtarget;
 mod support;
+mod tenant_repository;

@@ -1,0 +1,920 @@
+//! The TenantRepository reconciler: fetch the tenant's repository, load its manifests under the
+//! tenancy rules, server-side apply them as the tenant's ServiceAccount, record the inventory,
+//! prune what left Git, and write status once.
+//!
+//! The decision (what to apply and prune, which conditions to report, when to come back) is
+//! [`plan`], a pure function over what was read; [`reconcile`] only reads, calls it, and executes
+//! the result. Nothing is lost on failure: a fetch, load or validation failure applies and prunes
+//! nothing, and the status keeps the last applied revision and the inventory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::api::FIELD_MANAGER;
+use crate::api::tenant_repository::{
+    InventoryEntry, TenantRepository, TenantRepositorySpec, TenantRepositoryStatus, webhook_path,
+};
+use crate::apply::server_side::{self, ClientFor};
+use crate::apply::{inventory_of, prune_plan};
+use crate::controller::conditions::{self, Health, READY};
+use crate::manifests::{self, ApplySet, Content};
+use crate::policy::Policy;
+use crate::problem::Problem;
+use crate::source::{Credentials, FailureClass, Fetcher, Reference, Request, SourceError};
+
+/// Condition: the repository was fetched at the requested ref.
+pub const SOURCE_READY: &str = "SourceReady";
+/// Condition: the whole set of the fetched revision is applied.
+pub const APPLIED: &str = "Applied";
+
+/// Condition reason: the step succeeded.
+pub const REASON_SUCCEEDED: &str = "Succeeded";
+/// Condition reason: the registration itself is wrong (ref, interval, Secret content).
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+/// Condition reason: the registration's credentials Secret does not exist (yet).
+pub const REASON_SECRET_NOT_FOUND: &str = "SecretNotFound";
+/// Condition reason: the platform policy ConfigMap cannot be read as a policy.
+pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
+/// Condition reason: a document of the fetched revision breaks a rule; every problem is listed.
+pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
+/// Condition reason: the API server refused an object of the set.
+pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
+/// Condition reason: the set was applied but an object that left Git could not be deleted.
+pub const REASON_PRUNE_FAILED: &str = "PruneFailed";
+/// Condition reason: `spec.suspend` is set; nothing is fetched or applied.
+pub const REASON_SUSPENDED: &str = "Suspended";
+
+/// The poll interval when `spec.interval` is not set.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// Retry of a registration waiting for its Secret.
+pub const WAIT_RETRY: Duration = Duration::from_secs(30);
+/// Resync of a registration whose source is stalled: only a change of the registration or its
+/// Secret helps; this is a safety net.
+pub const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
+/// Back-off after a transient error.
+pub const TRANSIENT_RETRY: Duration = Duration::from_secs(15);
+
+/// What the TenantRepository reconciler needs.
+#[derive(Clone)]
+pub struct Context {
+    /// The controller's own client: reads registrations, Secrets and the policy; writes status.
+    pub client: Client,
+    /// The client acting as a tenant's ServiceAccount, for every apply and prune.
+    pub client_for: ClientFor,
+    /// Fetches repositories into the cache, with bounded concurrency.
+    pub fetcher: Fetcher,
+    /// Namespace of the policy ConfigMap (the controller's namespace).
+    pub policy_namespace: String,
+    /// Name of the policy ConfigMap.
+    pub policy_name: String,
+    /// Bounds on the YAML read from a repository.
+    pub manifest_limits: manifests::Limits,
+}
+
+impl Context {
+    /// A context whose tenant clients impersonate through the controller's `config`.
+    pub fn new(
+        client: Client,
+        config: kube::Config,
+        fetcher: Fetcher,
+        policy_namespace: &str,
+        policy_name: &str,
+    ) -> Self {
+        Context {
+            client,
+            client_for: server_side::impersonating(config),
+            fetcher,
+            policy_namespace: policy_namespace.to_owned(),
+            policy_name: policy_name.to_owned(),
+            manifest_limits: manifests::Limits::default(),
+        }
+    }
+}
+
+// === impl Error ===
+
+/// How an error is handled (Flux's classes): it decides the condition and the requeue.
+pub use crate::controller::cdtarget::ErrorClass;
+
+/// A failure of one TenantRepository reconcile. Problems with the registration, the repository
+/// or its documents are not errors: they end in a status written by [`reconcile`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The TenantRepository has no namespace (it was not read from the cluster).
+    #[error("TenantRepository {0} has no namespace")]
+    NotNamespaced(String),
+    /// Reading an object failed.
+    #[error("reading {kind} {name}: {source}")]
+    Read {
+        /// Kind read.
+        kind: &'static str,
+        /// `namespace/name`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The impersonating client could not be built.
+    #[error("building the client for {user}: {source}")]
+    Impersonate {
+        /// The impersonated user.
+        user: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying or pruning an object failed.
+    #[error(transparent)]
+    Apply(#[from] server_side::ApplyError),
+    /// Writing status failed.
+    #[error("writing the status of TenantRepository {name}: {source}")]
+    Status {
+        /// `namespace/name`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        let source = match self {
+            Error::NotNamespaced(_) => return ErrorClass::Stalled,
+            Error::Read { source, .. }
+            | Error::Impersonate { source, .. }
+            | Error::Status { source, .. }
+            | Error::Apply(server_side::ApplyError { source, .. }) => source,
+        };
+        api_error_class(source)
+    }
+
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NotNamespaced(_) => "not_namespaced",
+            Error::Read { .. } => "read",
+            Error::Impersonate { .. } => "impersonate",
+            Error::Apply(e) if e.verb == server_side::DELETING => "prune",
+            Error::Apply(_) => "apply",
+            Error::Status { .. } => "status",
+        }
+    }
+}
+
+fn api_error_class(error: &kube::Error) -> ErrorClass {
+    match error {
+        // The tenant's object was refused as invalid: only a new commit helps.
+        kube::Error::Api(status) if status.code == 400 || status.code == 422 => ErrorClass::Stalled,
+        // Missing permissions of the ServiceAccount, or a kind that is not installed.
+        kube::Error::Api(status) if status.code == 403 || status.code == 404 => ErrorClass::Waiting,
+        _ => ErrorClass::Transient,
+    }
+}
+
+/// The requeue after a failed reconcile, chosen by the error's class.
+pub fn error_policy(repo: Arc<TenantRepository>, error: &Error, _ctx: Arc<Context>) -> Action {
+    match error.class() {
+        ErrorClass::Stalled | ErrorClass::Waiting => {
+            Action::requeue(interval_of(&repo.spec).unwrap_or(DEFAULT_INTERVAL))
+        }
+        ErrorClass::Transient => Action::requeue(TRANSIENT_RETRY),
+    }
+}
+
+// === the pure parts: registration, credentials ===
+
+/// What to check out: exactly one of `branch`, `tag` or `commit`; the branch `main` by default.
+pub fn reference_of(spec: &TenantRepositorySpec) -> Result<Reference, String> {
+    let Some(git_ref) = &spec.git_ref else { return Ok(Reference::Branch("main".into())) };
+    let given = |value: &Option<String>| value.as_deref().filter(|v| !v.is_empty()).map(str::to_owned);
+    match (given(&git_ref.branch), given(&git_ref.tag), given(&git_ref.commit)) {
+        (None, None, None) => Ok(Reference::Branch("main".into())),
+        (Some(branch), None, None) => Ok(Reference::Branch(branch)),
+        (None, Some(tag), None) => Ok(Reference::Tag(tag)),
+        (None, None, Some(commit)) if commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Ok(Reference::Commit(commit.to_ascii_lowercase()))
+        }
+        (None, None, Some(_)) => Err("spec.ref.commit: expected a full 40-character commit SHA".into()),
+        _ => Err("spec.ref: set exactly one of branch, tag or commit".into()),
+    }
+}
+
+/// `spec.interval` as a duration (`DEFAULT_INTERVAL` when absent).
+pub fn interval_of(spec: &TenantRepositorySpec) -> Result<Duration, String> {
+    match spec.interval.as_deref() {
+        None | Some("") => Ok(DEFAULT_INTERVAL),
+        Some(text) => match parse_go_duration(text) {
+            Some(d) if !d.is_zero() => Ok(d),
+            _ => Err(format!("spec.interval: `{text}` is not a positive duration such as `30s`, `5m` or `1h30m`")),
+        },
+    }
+}
+
+/// Parses a Go duration made of `<number><unit>` parts, units `ms`, `s`, `m`, `h`.
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let (seconds, unit_len) = if rest.starts_with("ms") {
+            (0.001, 2)
+        } else if rest.starts_with('s') {
+            (1.0, 1)
+        } else if rest.starts_with('m') {
+            (60.0, 1)
+        } else if rest.starts_with('h') {
+            (3600.0, 1)
+        } else {
+            return None;
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+/// Git credentials from a Secret with Flux's key names: `identity` (SSH private key, with
+/// optional `identity.passphrase`) and `known_hosts`; or `username` and `password`; or
+/// `bearerToken`; and an optional `ca.crt` for HTTPS. A Secret with none of them means no
+/// credentials. Messages name the missing or unreadable keys, never a value.
+pub fn credentials_from_secret(data: &BTreeMap<String, ByteString>) -> Result<(Credentials, Option<String>), String> {
+    let text = |key: &str| -> Result<Option<String>, String> {
+        match data.get(key) {
+            None => Ok(None),
+            Some(value) if value.0.is_empty() => Ok(None),
+            Some(value) => String::from_utf8(value.0.clone())
+                .map(Some)
+                .map_err(|_| format!("key `{key}` of the Secret is not UTF-8 text")),
+        }
+    };
+    let ca_bundle = text("ca.crt")?;
+    let credentials = if let Some(private_key) = text("identity")? {
+        let known_hosts = text("known_hosts")?.ok_or_else(|| {
+            "the Secret has `identity` but no `known_hosts`: add the server's host keys (ssh-keyscan), there is no trust on first use"
+                .to_owned()
+        })?;
+        Credentials::Ssh { private_key, passphrase: text("identity.passphrase")?, known_hosts }
+    } else if let Some(username) = text("username")? {
+        let password = text("password")?
+            .ok_or_else(|| "the Secret has `username` but no `password` (or token) beside it".to_owned())?;
+        Credentials::Basic { username, password }
+    } else if text("password")?.is_some() {
+        return Err("the Secret has `password` but no `username` beside it".into());
+    } else if let Some(token) = text("bearerToken")? {
+        Credentials::token(&token)
+    } else if text("known_hosts")?.is_some() || text("identity.passphrase")?.is_some() {
+        return Err("the Secret has SSH settings but no `identity` (the private key)".into());
+    } else {
+        Credentials::None
+    };
+    Ok((credentials, ca_bundle))
+}
+
+// === the pure decision ===
+
+/// What one reconcile read, step by step, up to the first failure.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    /// `spec.suspend` is set: nothing was read.
+    Suspended,
+    /// The registration is wrong (ref, interval, path rules, Secret content); nothing was fetched.
+    InvalidSpec(String),
+    /// The credentials Secret (named here) does not exist; nothing was fetched.
+    SecretNotFound(String),
+    /// The fetch (or reading `spec.path` of the snapshot) failed.
+    FetchFailed(SourceError),
+    /// The revision was fetched but the platform policy is invalid, so nothing can be loaded.
+    InvalidPolicy {
+        /// The fetched commit.
+        revision: String,
+        /// What is wrong with the policy.
+        problems: Vec<Problem>,
+    },
+    /// The revision was fetched and loaded: the apply set, or every problem of every document.
+    Fetched {
+        /// The fetched commit.
+        revision: String,
+        /// The load's outcome (all or nothing).
+        load: Result<ApplySet, Vec<Problem>>,
+    },
+}
+
+/// One of the reconciler's own conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// `True` or `False`.
+    pub ok: bool,
+    /// Condition reason.
+    pub reason: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl Verdict {
+    fn new(ok: bool, reason: &str, message: impl Into<String>) -> Self {
+        Verdict { ok, reason: reason.to_owned(), message: message.into() }
+    }
+}
+
+/// What one reconcile decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The overall health; `None` while suspended (`Ready` then keeps its status).
+    pub health: Option<Health>,
+    /// `SourceReady`; `None` leaves it as it is.
+    pub source_ready: Option<Verdict>,
+    /// `Applied`; `None` leaves it as it is.
+    pub applied: Option<Verdict>,
+    /// The objects to server-side apply, in order; `None` applies nothing.
+    pub apply: Option<Vec<Value>>,
+    /// The objects to delete (they left Git), dependents first.
+    pub prune: Vec<InventoryEntry>,
+    /// The commit fetched, when one was.
+    pub fetched_revision: Option<String>,
+    /// The record to keep once `apply` and `prune` succeeded; `None` keeps the previous one.
+    pub record: Option<Record>,
+    /// When to reconcile again; `None` waits for a change of the registration.
+    pub requeue: Option<Duration>,
+}
+
+/// What status records of an applied set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The applied commit.
+    pub revision: String,
+    /// Digest of the applied objects.
+    pub digest: String,
+    /// Every applied object.
+    pub inventory: Vec<InventoryEntry>,
+}
+
+/// Decides what to do with `repo` given what was read. `jitter` is added to the interval so that
+/// registrations created together do not poll together.
+pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Plan {
+    let status = repo.status.clone().unwrap_or_default();
+    let interval = interval_of(&repo.spec).unwrap_or(DEFAULT_INTERVAL) + jitter;
+    let nothing = |health: Health, source_ready: Option<Verdict>, applied: Option<Verdict>, requeue| Plan {
+        health: Some(health),
+        source_ready,
+        applied,
+        apply: None,
+        prune: Vec::new(),
+        fetched_revision: None,
+        record: None,
+        requeue: Some(requeue),
+    };
+
+    match observed {
+        Observed::Suspended => Plan {
+            health: None,
+            source_ready: None,
+            applied: None,
+            apply: None,
+            prune: Vec::new(),
+            fetched_revision: None,
+            record: None,
+            requeue: None,
+        },
+        Observed::InvalidSpec(message) => {
+            let verdict = Verdict::new(false, REASON_INVALID_SPEC, &message);
+            nothing(stalled(REASON_INVALID_SPEC, message), Some(verdict), None, STALLED_RESYNC)
+        }
+        Observed::SecretNotFound(name) => {
+            let message = format!("waiting for the credentials Secret {name}");
+            let verdict = Verdict::new(false, REASON_SECRET_NOT_FOUND, &message);
+            let health = Health::Progressing { reason: REASON_SECRET_NOT_FOUND.into(), message };
+            nothing(health, Some(verdict), None, WAIT_RETRY)
+        }
+        Observed::FetchFailed(error) => {
+            let reason = error.kind.reason();
+            let message = format!("fetching {}: {}", repo.spec.url, error.message);
+            let verdict = Some(Verdict::new(false, reason, &message));
+            match error.kind.class() {
+                FailureClass::Stalled => nothing(stalled(reason, message), verdict, None, STALLED_RESYNC),
+                FailureClass::Waiting => nothing(progressing(reason, message), verdict, None, interval),
+                FailureClass::Transient => nothing(progressing(reason, message), verdict, None, TRANSIENT_RETRY),
+            }
+        }
+        Observed::InvalidPolicy { revision, problems } => {
+            let message = format!("the platform policy is invalid (ask a cluster admin): {}", list(&problems));
+            let source = Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision));
+            let applied = Verdict::new(false, REASON_INVALID_POLICY, &message);
+            let mut plan = nothing(stalled(REASON_INVALID_POLICY, message), Some(source), Some(applied), interval);
+            plan.fetched_revision = Some(revision);
+            plan
+        }
+        Observed::Fetched { revision, load: Err(problems) } => {
+            let message = format!("revision {} was not applied: {}", short(&revision), list(&problems));
+            let source = Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision));
+            let applied = Verdict::new(false, REASON_VALIDATION_FAILED, &message);
+            // A tenant fixes this with a push, which the next poll (or the webhook) picks up.
+            let mut plan = nothing(stalled(REASON_VALIDATION_FAILED, message), Some(source), Some(applied), interval);
+            plan.fetched_revision = Some(revision);
+            plan
+        }
+        Observed::Fetched { revision, load: Ok(set) } => {
+            let namespace = repo.spec.target_namespace.as_str();
+            let objects = objects_of(&set, namespace);
+            let inventory = inventory_of(&objects);
+            let digest = server_side::digest(&objects);
+            let unchanged = status.last_applied_revision.as_deref() == Some(revision.as_str())
+                && status.last_applied_digest.as_deref() == Some(digest.as_str());
+            let prune = if repo.spec.prune {
+                // Only what this registration applied, and only in its own target namespace.
+                let previous: Vec<InventoryEntry> =
+                    status.inventory.iter().filter(|e| e.namespace == namespace).cloned().collect();
+                prune_plan(&previous, &inventory)
+            } else {
+                Vec::new()
+            };
+            let message =
+                format!("applied {} objects of revision {} into {namespace}", objects.len(), short(&revision));
+            Plan {
+                health: Some(Health::Ready { reason: REASON_SUCCEEDED.into(), message: message.clone() }),
+                source_ready: Some(Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision))),
+                applied: Some(Verdict::new(true, REASON_SUCCEEDED, message)),
+                apply: if unchanged { None } else { Some(objects) },
+                prune,
+                fetched_revision: Some(revision.clone()),
+                record: Some(Record { revision, digest, inventory }),
+                requeue: Some(interval),
+            }
+        }
+    }
+}
+
+impl Plan {
+    /// The plan after the API server refused an object of the set: nothing is pruned, the
+    /// previous revision stays recorded, and the inventory also holds what this attempt may
+    /// have created, so that nothing escapes a later prune.
+    pub fn apply_failed(mut self, repo: &TenantRepository, message: String, class: ErrorClass) -> Plan {
+        let previous = repo.status.clone().unwrap_or_default();
+        let attempted = self.record.take().map(|r| r.inventory).unwrap_or_default();
+        let inventory = union(&previous.inventory, &attempted);
+        self.record = previous
+            .last_applied_revision
+            .clone()
+            .map(|revision| Record {
+                revision,
+                digest: previous.last_applied_digest.clone().unwrap_or_default(),
+                inventory: inventory.clone(),
+            })
+            .or(Some(Record { revision: String::new(), digest: String::new(), inventory }));
+        self.failed(REASON_APPLY_FAILED, message, class)
+    }
+
+    /// The plan after the set was applied but deleting an object that left Git failed: the
+    /// applied revision is recorded, and the objects not deleted stay in the inventory so the
+    /// next cycle deletes them.
+    pub fn prune_failed(mut self, message: String, class: ErrorClass) -> Plan {
+        if let Some(record) = &mut self.record {
+            record.inventory = union(&record.inventory, &self.prune);
+        }
+        self.failed(REASON_PRUNE_FAILED, message, class)
+    }
+
+    fn failed(mut self, reason: &str, message: String, class: ErrorClass) -> Plan {
+        self.applied = Some(Verdict::new(false, reason, &message));
+        self.apply = None;
+        self.prune = Vec::new();
+        let (health, requeue) = match class {
+            ErrorClass::Stalled => (stalled(reason, message), self.requeue),
+            ErrorClass::Waiting => (progressing(reason, message), self.requeue),
+            ErrorClass::Transient => (progressing(reason, message), Some(TRANSIENT_RETRY)),
+        };
+        self.health = Some(health);
+        self.requeue = requeue;
+        self
+    }
+}
+
+/// The objects of `set` as they are sent: every document with its namespace, in apply order.
+pub fn objects_of(set: &ApplySet, namespace: &str) -> Vec<Value> {
+    set.documents
+        .iter()
+        .map(|document| {
+            let mut value = match &document.content {
+                Content::CDTarget(target) => {
+                    let mut value = serde_json::to_value(target.as_ref()).unwrap_or_default();
+                    if let Some(object) = value.as_object_mut() {
+                        object.remove("status");
+                    }
+                    value
+                }
+                Content::Object(value) => value.clone(),
+            };
+            if let Some(metadata) = value.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+                metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
+            }
+            value
+        })
+        .collect()
+}
+
+fn union(a: &[InventoryEntry], b: &[InventoryEntry]) -> Vec<InventoryEntry> {
+    a.iter().chain(b).cloned().collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+fn stalled(reason: &str, message: String) -> Health {
+    Health::Stalled { reason: reason.into(), message }
+}
+
+fn progressing(reason: &str, message: String) -> Health {
+    Health::Progressing { reason: reason.into(), message }
+}
+
+fn fetched_message(revision: &str) -> String {
+    format!("fetched revision {revision}")
+}
+
+fn short(revision: &str) -> &str {
+    revision.get(..12).unwrap_or(revision)
+}
+
+/// `file:doc: field: message; …`.
+fn list(problems: &[Problem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// The status after a reconcile that executed `plan` in full.
+pub fn next_status(
+    repo: &TenantRepository,
+    plan: &Plan,
+    webhook_path: Option<String>,
+    now: &Time,
+) -> TenantRepositoryStatus {
+    let generation = repo.metadata.generation;
+    let mut status = repo.status.clone().unwrap_or_default();
+    match &plan.health {
+        Some(health) => conditions::summarize(&mut status.conditions, health, generation, now),
+        None => {
+            // Suspended: say so on Ready, keeping whether what was applied last is in place.
+            let ready = conditions::is_true(&status.conditions, READY);
+            let message = "reconciliation is suspended (spec.suspend); what is applied stays as it is";
+            conditions::set(&mut status.conditions, READY, ready, REASON_SUSPENDED, message, generation, now);
+            conditions::remove(&mut status.conditions, conditions::RECONCILING);
+            conditions::remove(&mut status.conditions, conditions::STALLED);
+        }
+    }
+    for (kind, verdict) in [(SOURCE_READY, &plan.source_ready), (APPLIED, &plan.applied)] {
+        if let Some(v) = verdict {
+            conditions::set(&mut status.conditions, kind, v.ok, &v.reason, &v.message, generation, now);
+        }
+    }
+    status.observed_generation = generation;
+    if let Some(revision) = &plan.fetched_revision {
+        status.last_fetched_revision = Some(revision.clone());
+    }
+    if let Some(record) = &plan.record {
+        status.last_applied_revision = Some(record.revision.clone()).filter(|r| !r.is_empty());
+        status.last_applied_digest = Some(record.digest.clone()).filter(|d| !d.is_empty());
+        status.inventory = record.inventory.clone();
+    }
+    if plan.health.is_some() {
+        status.webhook_path = webhook_path;
+    }
+    status
+}
+
+// === the I/O ===
+
+/// Reconciles one TenantRepository (see the module documentation).
+pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = repo.name_any();
+    let namespace = repo.namespace().ok_or_else(|| Error::NotNamespaced(name.clone()))?;
+
+    let observed = observe(&repo, &namespace, &ctx).await?;
+    let webhook = read_webhook_path(&ctx.client, &namespace, &repo).await?;
+    let mut plan = plan(&repo, observed, jitter(&repo.spec));
+
+    let mut failure = None;
+    if plan.apply.is_some() || !plan.prune.is_empty() {
+        let user = server_side::service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
+        let tenant = (ctx.client_for)(&user).map_err(|source| Error::Impersonate { user: user.clone(), source })?;
+        if let Some(objects) = &plan.apply
+            && let Err(e) = server_side::apply_all(&tenant, objects).await
+        {
+            let class = api_error_class(&e.source);
+            plan = plan.apply_failed(&repo, format!("{e} (as {user})"), class);
+            failure = Some(e);
+        }
+        if failure.is_none()
+            && let Err(e) = server_side::delete_all(&tenant, &plan.prune).await
+        {
+            let class = api_error_class(&e.source);
+            plan = plan.prune_failed(format!("{e} (as {user})"), class);
+            failure = Some(e);
+        }
+    }
+
+    let status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
+    write_status(&ctx.client, &namespace, &repo, status).await?;
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Reads what the plan needs, stopping at the first step that fails.
+async fn observe(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Result<Observed, Error> {
+    if repo.spec.suspend {
+        return Ok(Observed::Suspended);
+    }
+    let reference = match reference_of(&repo.spec).and_then(|r| interval_of(&repo.spec).map(|_| r)) {
+        Ok(reference) => reference,
+        Err(message) => return Ok(Observed::InvalidSpec(message)),
+    };
+    let (credentials, ca_bundle) = match &repo.spec.secret_ref {
+        None => (Credentials::None, None),
+        Some(secret_ref) => match read_secret(&ctx.client, namespace, &secret_ref.name).await? {
+            None => return Ok(Observed::SecretNotFound(format!("{namespace}/{}", secret_ref.name))),
+            Some(data) => match credentials_from_secret(&data) {
+                Ok(found) => found,
+                Err(message) => {
+                    return Ok(Observed::InvalidSpec(format!("Secret {namespace}/{}: {message}", secret_ref.name)));
+                }
+            },
+        },
+    };
+    let request = Request { url: repo.spec.url.clone(), reference, credentials, ca_bundle };
+    let key = format!("{namespace}/{}", repo.name_any());
+    let fetched = match ctx.fetcher.fetch(&key, request).await {
+        Ok(fetched) => fetched,
+        Err(error) => return Ok(Observed::FetchFailed(error)),
+    };
+    let snapshot = fetched.snapshot();
+    let revision = snapshot.revision.clone();
+    let dir = match snapshot.dir(repo.spec.path.as_deref()) {
+        Ok(dir) => dir,
+        Err(error) => return Ok(Observed::FetchFailed(error)),
+    };
+    let policy = match read_policy(ctx).await? {
+        Ok(policy) => policy,
+        Err(problems) => return Ok(Observed::InvalidPolicy { revision, problems }),
+    };
+    let limits = ctx.manifest_limits;
+    let target_namespace = repo.spec.target_namespace.clone();
+    // Reading and checking a tree is blocking file work and CPU: keep it off the runtime.
+    let load = tokio::task::spawn_blocking(move || {
+        manifests::read_tree(&dir, &limits).and_then(|files| manifests::load(files, &target_namespace, &policy))
+    })
+    .await
+    .unwrap_or_else(|e| Err(vec![Problem::field("", format!("loading the tree failed: {e}"))]));
+    Ok(Observed::Fetched { revision, load })
+}
+
+async fn read_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, ByteString>>, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api.get_opt(name).await.map_err(|source| Error::Read {
+        kind: "Secret",
+        name: format!("{namespace}/{name}"),
+        source,
+    })?;
+    Ok(secret.map(|s| s.data.unwrap_or_default()))
+}
+
+/// The receiver path, when the registration has a webhook whose Secret holds a `token`.
+async fn read_webhook_path(client: &Client, namespace: &str, repo: &TenantRepository) -> Result<Option<String>, Error> {
+    let Some(webhook) = &repo.spec.webhook else { return Ok(None) };
+    let data = read_secret(client, namespace, &webhook.secret_ref.name).await?;
+    let token = data.as_ref().and_then(|d| d.get("token")).and_then(|t| std::str::from_utf8(&t.0).ok());
+    Ok(token.filter(|t| !t.is_empty()).map(|t| webhook_path(t, &repo.name_any(), namespace)))
+}
+
+/// The policy ConfigMap: absent means the documented defaults.
+async fn read_policy(ctx: &Context) -> Result<Result<Policy, Vec<Problem>>, Error> {
+    super::read_policy(&ctx.client, &ctx.policy_namespace, &ctx.policy_name).await.map_err(|source| Error::Read {
+        kind: "ConfigMap",
+        name: format!("{}/{}", ctx.policy_namespace, ctx.policy_name),
+        source,
+    })
+}
+
+/// Up to a tenth of the interval, varying between reconciles.
+fn jitter(spec: &TenantRepositorySpec) -> Duration {
+    let interval = interval_of(spec).unwrap_or(DEFAULT_INTERVAL);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    interval.mul_f64(f64::from(nanos % 1000) / 10_000.0)
+}
+
+/// Writes status with server-side apply; nothing is sent when it did not change.
+async fn write_status(
+    client: &Client,
+    namespace: &str,
+    repo: &TenantRepository,
+    status: TenantRepositoryStatus,
+) -> Result<(), Error> {
+    if repo.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = repo.name_any();
+    let api: Api<TenantRepository> = Api::namespaced(client.clone(), namespace);
+    let patch = json!({
+        "apiVersion": TenantRepository::api_version(&()),
+        "kind": TenantRepository::kind(&()),
+        "status": status,
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(&name, &params, &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::Status { name: format!("{namespace}/{name}"), source })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::tenant_repository::GitRef;
+    use crate::source::FailureKind;
+
+    use super::*;
+
+    fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()
+    }
+
+    fn repo(prune: bool, status: Option<TenantRepositoryStatus>) -> TenantRepository {
+        let spec = TenantRepositorySpec {
+            url: "file:///repo.git".into(),
+            target_namespace: "team-a".into(),
+            service_account_name: "deployer".into(),
+            interval: Some("1m".into()),
+            prune,
+            ..TenantRepositorySpec::default()
+        };
+        let mut repo = TenantRepository::new("team-a-repo", spec);
+        repo.status = status;
+        repo
+    }
+
+    fn config_map(name: &str) -> ApplySet {
+        let value = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "team-a"}});
+        let document =
+            manifests::Document { file: "a.yaml".into(), index: 1, line: 1, content: Content::Object(value) };
+        ApplySet { documents: vec![document] }
+    }
+
+    fn entry(name: &str) -> InventoryEntry {
+        InventoryEntry {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: "team-a".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn ssh_secret_needs_known_hosts_and_the_message_holds_no_value() {
+        let error = credentials_from_secret(&bytes(&[("identity", "PRIVATE-KEY-MATERIAL")])).unwrap_err();
+        assert!(error.contains("known_hosts") && !error.contains("PRIVATE"), "{error}");
+        let (credentials, ca) =
+            credentials_from_secret(&bytes(&[("identity", "k"), ("known_hosts", "h"), ("ca.crt", "pem")])).unwrap();
+        assert!(matches!(credentials, Credentials::Ssh { passphrase: None, .. }));
+        assert_eq!(ca.as_deref(), Some("pem"));
+    }
+
+    #[test]
+    fn https_secrets_take_basic_or_bearer_credentials() {
+        let (basic, _) = credentials_from_secret(&bytes(&[("username", "u"), ("password", "p")])).unwrap();
+        assert_eq!(basic, Credentials::Basic { username: "u".into(), password: "p".into() });
+        let (token, _) = credentials_from_secret(&bytes(&[("bearerToken", "glpat-x")])).unwrap();
+        assert_eq!(token, Credentials::token("glpat-x"));
+        assert!(credentials_from_secret(&bytes(&[("username", "u")])).unwrap_err().contains("password"));
+        assert_eq!(credentials_from_secret(&bytes(&[])).unwrap().0, Credentials::None);
+    }
+
+    #[test]
+    fn reference_is_exactly_one_of_branch_tag_or_commit() {
+        let mut spec = repo(true, None).spec;
+        assert_eq!(reference_of(&spec), Ok(Reference::Branch("main".into())));
+        spec.git_ref = Some(GitRef { tag: Some("v1".into()), ..GitRef::default() });
+        assert_eq!(reference_of(&spec), Ok(Reference::Tag("v1".into())));
+        spec.git_ref = Some(GitRef { branch: Some("a".into()), tag: Some("v1".into()), commit: None });
+        assert!(reference_of(&spec).unwrap_err().contains("exactly one"));
+        spec.git_ref = Some(GitRef { commit: Some("abc".into()), ..GitRef::default() });
+        assert!(reference_of(&spec).is_err());
+    }
+
+    #[test]
+    fn go_durations_are_parsed() {
+        assert_eq!(parse_go_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("5"), None);
+        assert_eq!(parse_go_duration("5d"), None);
+    }
+
+    #[test]
+    fn first_apply_applies_records_and_requeues_at_the_interval_with_jitter() {
+        let plan = plan(
+            &repo(true, None),
+            Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
+            Duration::from_secs(3),
+        );
+        assert_eq!(plan.apply.as_ref().map(Vec::len), Some(1));
+        assert_eq!(plan.record.as_ref().unwrap().inventory, [entry("a")]);
+        assert_eq!(plan.requeue, Some(Duration::from_secs(63)));
+        assert!(matches!(plan.health, Some(Health::Ready { .. })));
+    }
+
+    #[test]
+    fn unchanged_revision_and_set_apply_nothing() {
+        let first = plan(
+            &repo(true, None),
+            Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
+            Duration::ZERO,
+        );
+        let record = first.record.unwrap();
+        let status = TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            last_applied_digest: Some(record.digest),
+            inventory: record.inventory,
+            ..TenantRepositoryStatus::default()
+        };
+        let again = plan(
+            &repo(true, Some(status)),
+            Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
+            Duration::ZERO,
+        );
+        assert_eq!((again.apply, again.prune), (None, vec![]));
+    }
+
+    #[test]
+    fn prune_only_from_the_previous_inventory_and_only_when_enabled() {
+        let status =
+            TenantRepositoryStatus { inventory: vec![entry("a"), entry("old")], ..TenantRepositoryStatus::default() };
+        let observed = || Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) };
+        assert_eq!(plan(&repo(true, Some(status.clone())), observed(), Duration::ZERO).prune, [entry("old")]);
+        assert!(plan(&repo(false, Some(status)), observed(), Duration::ZERO).prune.is_empty());
+    }
+
+    #[test]
+    fn validation_failure_applies_and_prunes_nothing_and_keeps_the_record() {
+        let status = TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            inventory: vec![entry("a")],
+            ..TenantRepositoryStatus::default()
+        };
+        let repo = repo(true, Some(status));
+        let problems = vec![Problem::field("spec.ip[0]", "bad").located("targets.yaml", Some(1), Some(1))];
+        let plan = plan(&repo, Observed::Fetched { revision: "def".into(), load: Err(problems) }, Duration::ZERO);
+        assert_eq!((plan.apply.clone(), plan.prune.clone(), plan.record.clone()), (None, vec![], None));
+        assert!(
+            matches!(&plan.health, Some(Health::Stalled { reason, message }) if reason == REASON_VALIDATION_FAILED && message.contains("targets.yaml:1: spec.ip[0]: bad"))
+        );
+        let status = next_status(&repo, &plan, None, &Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
+        assert_eq!(status.last_fetched_revision.as_deref(), Some("def"));
+        assert_eq!(status.inventory, [entry("a")]);
+    }
+
+    #[test]
+    fn source_failures_requeue_by_class() {
+        let failed = |kind| plan(&repo(true, None), Observed::FetchFailed(SourceError::new(kind, "x")), Duration::ZERO);
+        let auth = failed(FailureKind::AuthenticationFailed);
+        assert!(matches!(&auth.health, Some(Health::Stalled { reason, .. }) if reason == "AuthenticationFailed"));
+        assert_eq!(auth.requeue, Some(STALLED_RESYNC));
+        assert_eq!(failed(FailureKind::RefNotFound).requeue, Some(Duration::from_secs(60)));
+        assert_eq!(failed(FailureKind::Timeout).requeue, Some(TRANSIENT_RETRY));
+        assert_eq!(auth.source_ready.unwrap().reason, "AuthenticationFailed");
+    }
+
+    #[test]
+    fn failed_apply_keeps_the_previous_revision_and_tracks_what_it_may_have_created() {
+        let status = TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            inventory: vec![entry("old")],
+            ..TenantRepositoryStatus::default()
+        };
+        let repo = repo(true, Some(status));
+        let planned =
+            plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) }, Duration::ZERO);
+        let failed = planned.apply_failed(&repo, "applying ConfigMap team-a/a: forbidden".into(), ErrorClass::Waiting);
+        assert!(failed.prune.is_empty());
+        let status = next_status(&repo, &failed, None, &Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
+        assert_eq!(status.inventory, [entry("a"), entry("old")]);
+        assert!(status.conditions.iter().any(|c| c.type_ == APPLIED && c.reason == REASON_APPLY_FAILED));
+    }
+}

@@ -1,0 +1,387 @@
+//! The TenantRepository reconciler against the fake API server and a real repository on disk
+//! (`file://`, the cheapest real transport). The reconciler is called directly, as the interval
+//! timer, a spec change or the webhook trigger would call it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cdtarget::api::CDTarget;
+use cdtarget::api::tenant_repository::{
+    InventoryEntry, LocalSecretReference, TenantRepository, TenantRepositorySpec, TenantRepositoryStatus,
+};
+use cdtarget::controller::conditions::{READY, STALLED, is_true};
+use cdtarget::controller::tenant_repository::{
+    APPLIED, Context, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY, reconcile,
+};
+use cdtarget::manifests;
+use cdtarget::source::{Fetcher, Limits};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::controller::Action;
+use kube_fake_client::{ClientBuilder, interceptor};
+use serde_json::Value;
+
+use crate::common::{TestDir, Upstream, UpstreamRepo, test_dir};
+
+const PLATFORM: &str = "cdtarget-system";
+const REPO: &str = "team-a-repo";
+const TENANT: &str = "team-a";
+const SERVICE_ACCOUNT: &str = "deployer";
+
+/// A fake cluster with cdtarget's kinds, recording every mutating request (creates, patches,
+/// status patches and deletes) and every user a tenant client was asked for.
+struct Fixture {
+    client: Client,
+    writes: Arc<Mutex<Vec<String>>>,
+    impersonated: Arc<Mutex<Vec<String>>>,
+    /// Keeps the upstream repositories on disk.
+    _upstream: Upstream,
+    repo: UpstreamRepo,
+    cache: TestDir,
+}
+
+fn kind_of(object: &Value) -> &str {
+    object.get("kind").and_then(Value::as_str).unwrap_or("?")
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let writes: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (on_create, on_patch, on_status, on_delete) =
+            (writes.clone(), writes.clone(), writes.clone(), writes.clone());
+        let funcs = interceptor::Funcs::new()
+            .create(move |ctx| {
+                let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
+                on_create.lock().unwrap().push(format!("create {} {}/{name}", kind_of(ctx.object), ctx.namespace));
+                Ok(None)
+            })
+            .patch(move |ctx| {
+                on_patch.lock().unwrap().push(format!("patch {} {}/{}", kind_of(ctx.patch), ctx.namespace, ctx.name));
+                Ok(None)
+            })
+            .patch_status(move |ctx| {
+                on_status.lock().unwrap().push(format!("status {}/{}", ctx.namespace, ctx.name));
+                Ok(None)
+            })
+            .delete(move |ctx| {
+                on_delete.lock().unwrap().push(format!("delete {}/{}", ctx.namespace, ctx.name));
+                Ok(None)
+            });
+        let client = ClientBuilder::new()
+            .with_resource::<CDTarget>()
+            .with_status_subresource::<CDTarget>()
+            .with_resource::<TenantRepository>()
+            .with_status_subresource::<TenantRepository>()
+            .with_interceptor_funcs(funcs)
+            .build()
+            .await
+            .expect("fake client");
+        let upstream = Upstream::new();
+        let repo = upstream.create("tenant.git");
+        Fixture { client, writes, impersonated: Arc::default(), _upstream: upstream, repo, cache: test_dir() }
+    }
+
+    /// The reconciler's context. kube-fake-client serves requests in process and never sees HTTP
+    /// headers, so `Impersonate-User` cannot be observed on the wire here: the tenant client
+    /// records which user it was built for (the Config it would use is tested in
+    /// `apply::server_side`).
+    fn context(&self) -> Arc<Context> {
+        let (client, impersonated) = (self.client.clone(), self.impersonated.clone());
+        Arc::new(Context {
+            client: self.client.clone(),
+            client_for: Arc::new(move |user: &str| {
+                impersonated.lock().unwrap().push(user.to_owned());
+                Ok(client.clone())
+            }),
+            fetcher: Fetcher::new(self.cache.path(), Limits::default(), 2),
+            policy_namespace: PLATFORM.into(),
+            policy_name: "cdtarget-policy".into(),
+            manifest_limits: manifests::Limits::default(),
+        })
+    }
+
+    async fn register(&self, change: impl FnOnce(&mut TenantRepositorySpec)) {
+        let mut spec = TenantRepositorySpec {
+            url: self.repo.file_url(),
+            path: Some("deploy".into()),
+            interval: Some("2m".into()),
+            target_namespace: TENANT.into(),
+            service_account_name: SERVICE_ACCOUNT.into(),
+            prune: true,
+            ..TenantRepositorySpec::default()
+        };
+        change(&mut spec);
+        let mut repo = TenantRepository::new(REPO, spec);
+        repo.metadata.namespace = Some(PLATFORM.into());
+        self.registrations().create(&PostParams::default(), &repo).await.expect("create TenantRepository");
+    }
+
+    fn registrations(&self) -> Api<TenantRepository> {
+        Api::namespaced(self.client.clone(), PLATFORM)
+    }
+
+    fn tenant<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), TENANT)
+    }
+
+    async fn put_platform_secret(&self, name: &str, data: &[(&str, &str)]) {
+        let secret = Secret {
+            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
+            ..Secret::default()
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), PLATFORM);
+        api.create(&PostParams::default(), &secret).await.expect("create Secret");
+    }
+
+    async fn registration(&self) -> TenantRepository {
+        self.registrations().get(REPO).await.expect("get TenantRepository")
+    }
+
+    async fn reconcile(&self) -> Action {
+        self.writes.lock().unwrap().clear();
+        let repo = self.registration().await;
+        reconcile(Arc::new(repo), self.context()).await.expect("reconcile")
+    }
+
+    fn writes(&self) -> Vec<String> {
+        self.writes.lock().unwrap().clone()
+    }
+
+    async fn status(&self) -> TenantRepositoryStatus {
+        self.registration().await.status.expect("status written")
+    }
+
+    async fn config_map(&self, name: &str) -> Option<ConfigMap> {
+        self.tenant::<ConfigMap>().get_opt(name).await.expect("get ConfigMap")
+    }
+}
+
+fn condition<'a>(status: &'a TenantRepositoryStatus, kind: &str) -> &'a Condition {
+    status.conditions.iter().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no {kind} in {status:#?}"))
+}
+
+fn config_map_yaml(name: &str, value: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n")
+}
+
+fn cdtarget_yaml(name: &str, ip: &str) -> String {
+    format!(
+        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: {name}\nspec:\n  ip: [\"{ip}\"]\n  \
+         agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: azp-token\n  config:\n    url: https://dev.azure.com/acme\n    \
+         poolName: pool\n"
+    )
+}
+
+fn entry(api_version: &str, kind: &str, name: &str) -> InventoryEntry {
+    InventoryEntry { api_version: api_version.into(), kind: kind.into(), namespace: TENANT.into(), name: name.into() }
+}
+
+/// A registration whose repository holds two ConfigMaps and a CDTarget, reconciled once.
+async fn applied_once() -> (Fixture, String) {
+    let fixture = Fixture::new().await;
+    let revision = fixture.repo.commit_and_push(
+        &[
+            ("deploy/settings.yaml", config_map_yaml("settings", "1")),
+            ("deploy/extra.yaml", config_map_yaml("extra", "x")),
+            ("deploy/agents.yaml", cdtarget_yaml("agents", "10.1.2.3")),
+            ("README.md", "not a manifest".into()),
+        ],
+        "first",
+    );
+    fixture.register(|_| {}).await;
+    fixture.reconcile().await;
+    (fixture, revision)
+}
+
+#[tokio::test]
+async fn first_reconcile_applies_every_document_into_the_target_namespace_and_records_them() {
+    let (fixture, revision) = applied_once().await;
+
+    let settings = fixture.config_map("settings").await.expect("ConfigMap applied");
+    assert_eq!(settings.data.unwrap()["value"], "1");
+    assert!(fixture.config_map("extra").await.is_some());
+    let target = fixture.tenant::<CDTarget>().get("agents").await.expect("CDTarget applied");
+    assert_eq!(target.spec.ip, ["10.1.2.3"]);
+
+    let status = fixture.status().await;
+    assert_eq!(status.last_fetched_revision.as_deref(), Some(revision.as_str()));
+    assert_eq!(status.last_applied_revision.as_deref(), Some(revision.as_str()));
+    assert!(status.last_applied_digest.is_some());
+    assert_eq!(
+        status.inventory,
+        [
+            entry("cdtarget.io/v1alpha1", "CDTarget", "agents"),
+            entry("v1", "ConfigMap", "extra"),
+            entry("v1", "ConfigMap", "settings"),
+        ]
+    );
+    assert!(is_true(&status.conditions, READY));
+    for kind in [SOURCE_READY, APPLIED] {
+        let condition = condition(&status, kind);
+        assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("True", REASON_SUCCEEDED));
+    }
+    assert_eq!(status.observed_generation, fixture.registration().await.metadata.generation);
+}
+
+#[tokio::test]
+async fn applies_impersonate_the_registrations_service_account_in_order() {
+    let (fixture, _) = applied_once().await;
+    assert_eq!(*fixture.impersonated.lock().unwrap(), ["system:serviceaccount:team-a:deployer"]);
+    // What others reference comes first: the ConfigMaps, then the CDTarget.
+    let expected = [
+        "patch ConfigMap team-a/extra".to_owned(),
+        "patch ConfigMap team-a/settings".to_owned(),
+        "patch CDTarget team-a/agents".to_owned(),
+        format!("status {PLATFORM}/{REPO}"),
+    ];
+    assert_eq!(fixture.writes(), expected);
+    let status = fixture.status().await;
+    assert!(condition(&status, APPLIED).message.contains("3 objects"));
+}
+
+#[tokio::test]
+async fn reconcile_with_nothing_changed_sends_no_mutating_request() {
+    let (fixture, _) = applied_once().await;
+    let action = fixture.reconcile().await;
+    assert_eq!(fixture.writes(), Vec::<String>::new());
+    // Action hides its duration; the interval-plus-jitter arithmetic is unit-tested with `plan`.
+    assert_ne!(action, Action::await_change());
+}
+
+#[tokio::test]
+async fn a_file_removed_from_git_prunes_exactly_its_object() {
+    let (fixture, _) = applied_once().await;
+    fixture.repo.remove_file("deploy/extra.yaml", "drop extra");
+    fixture.repo.push("main");
+    fixture.reconcile().await;
+
+    assert!(fixture.config_map("extra").await.is_none());
+    assert!(fixture.config_map("settings").await.is_some());
+    assert!(fixture.tenant::<CDTarget>().get_opt("agents").await.unwrap().is_some());
+    let deletes: Vec<String> = fixture.writes().into_iter().filter(|w| w.starts_with("delete")).collect();
+    assert_eq!(deletes, ["delete team-a/extra"]);
+    let status = fixture.status().await;
+    assert!(!status.inventory.contains(&entry("v1", "ConfigMap", "extra")));
+    assert_eq!(status.inventory.len(), 2);
+}
+
+#[tokio::test]
+async fn with_prune_off_an_object_that_left_git_stays() {
+    let fixture = Fixture::new().await;
+    fixture.repo.commit_and_push(&[("deploy/extra.yaml", config_map_yaml("extra", "x"))], "first");
+    fixture.register(|spec| spec.prune = false).await;
+    fixture.reconcile().await;
+    fixture.repo.commit_and_push(&[("deploy/other.yaml", config_map_yaml("other", "y"))], "add");
+    fixture.repo.remove_file("deploy/extra.yaml", "drop extra");
+    fixture.repo.push("main");
+    fixture.reconcile().await;
+    assert!(fixture.config_map("extra").await.is_some());
+    assert!(fixture.writes().iter().all(|w| !w.starts_with("delete")));
+}
+
+#[tokio::test]
+async fn a_broken_push_applies_and_prunes_nothing_and_names_the_file_and_field() {
+    let (fixture, first) = applied_once().await;
+    // One push that changes a ConfigMap, removes another and breaks the CDTarget.
+    fixture.repo.commit(
+        &[
+            ("deploy/settings.yaml", config_map_yaml("settings", "2")),
+            ("deploy/agents.yaml", cdtarget_yaml("agents", "10.0.0.0/8")),
+        ],
+        "broken",
+    );
+    let broken = fixture.repo.remove_file("deploy/extra.yaml", "and drop extra");
+    fixture.repo.push("main");
+    fixture.reconcile().await;
+
+    let writes = fixture.writes();
+    assert_eq!(writes, [format!("status {PLATFORM}/{REPO}")], "only status is written");
+    assert_eq!(fixture.config_map("settings").await.unwrap().data.unwrap()["value"], "1");
+    assert!(fixture.config_map("extra").await.is_some());
+    let target = fixture.tenant::<CDTarget>().get("agents").await.unwrap();
+    assert_eq!(target.spec.ip, ["10.1.2.3"]);
+
+    let status = fixture.status().await;
+    assert!(is_true(&status.conditions, STALLED));
+    let applied = condition(&status, APPLIED);
+    assert_eq!((applied.status.as_str(), applied.reason.as_str()), ("False", REASON_VALIDATION_FAILED));
+    assert!(applied.message.contains("agents.yaml:1: spec.ip[0]"), "{}", applied.message);
+    assert_eq!(condition(&status, STALLED).reason, REASON_VALIDATION_FAILED);
+    assert_eq!(condition(&status, SOURCE_READY).status, "True");
+    assert_eq!(status.last_fetched_revision.as_deref(), Some(broken.as_str()));
+    assert_eq!(status.last_applied_revision.as_deref(), Some(first.as_str()));
+    assert_eq!(status.inventory.len(), 3);
+}
+
+#[tokio::test]
+async fn a_document_for_another_namespace_is_rejected_and_nothing_is_applied() {
+    let fixture = Fixture::new().await;
+    let foreign = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sneaky\n  namespace: team-b\n";
+    fixture.repo.commit_and_push(
+        &[("deploy/ok.yaml", config_map_yaml("ok", "1")), ("deploy/sneaky.yaml", foreign.into())],
+        "x",
+    );
+    fixture.register(|_| {}).await;
+    fixture.reconcile().await;
+
+    assert!(fixture.config_map("ok").await.is_none());
+    let other: Api<ConfigMap> = Api::namespaced(fixture.client.clone(), "team-b");
+    assert!(other.get_opt("sneaky").await.unwrap().is_none());
+    assert!(fixture.impersonated.lock().unwrap().is_empty(), "no tenant client was even built");
+    let status = fixture.status().await;
+    let applied = condition(&status, APPLIED);
+    assert_eq!(applied.reason, REASON_VALIDATION_FAILED);
+    assert!(applied.message.contains("sneaky.yaml:1: metadata.namespace"), "{}", applied.message);
+    assert_eq!(status.last_applied_revision, None);
+}
+
+#[tokio::test]
+async fn a_suspended_registration_fetches_and_applies_nothing_and_says_so() {
+    let fixture = Fixture::new().await;
+    fixture.repo.commit_and_push(&[("deploy/ok.yaml", config_map_yaml("ok", "1"))], "x");
+    fixture.register(|spec| spec.suspend = true).await;
+    let action = fixture.reconcile().await;
+
+    assert_eq!(action, Action::await_change());
+    assert!(fixture.config_map("ok").await.is_none());
+    assert!(std::fs::read_dir(fixture.cache.path()).unwrap().next().is_none(), "nothing fetched");
+    let status = fixture.status().await;
+    assert_eq!(condition(&status, READY).reason, REASON_SUSPENDED);
+    assert_eq!(status.last_fetched_revision, None);
+}
+
+#[tokio::test]
+async fn a_missing_credentials_secret_waits_and_a_webhook_token_yields_the_path() {
+    let fixture = Fixture::new().await;
+    fixture.repo.commit_and_push(&[("deploy/ok.yaml", config_map_yaml("ok", "1"))], "x");
+    fixture.put_platform_secret("hook", &[("token", "s3cret")]).await;
+    fixture
+        .register(|spec| {
+            spec.secret_ref = Some(LocalSecretReference { name: "git-creds".into() });
+            spec.webhook = Some(cdtarget::api::tenant_repository::WebhookSpec {
+                secret_ref: LocalSecretReference { name: "hook".into() },
+                ..Default::default()
+            });
+        })
+        .await;
+    let action = fixture.reconcile().await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
+    let status = fixture.status().await;
+    assert_eq!(condition(&status, SOURCE_READY).reason, "SecretNotFound");
+    assert!(fixture.config_map("ok").await.is_none());
+    let expected = cdtarget::api::tenant_repository::webhook_path("s3cret", REPO, PLATFORM);
+    assert_eq!(status.webhook_path, Some(expected));
+
+    // An empty Secret means no credentials, which a file:// repository needs none of.
+    fixture.put_platform_secret("git-creds", &[]).await;
+    fixture.reconcile().await;
+    assert!(fixture.config_map("ok").await.is_some());
+}
