@@ -6,6 +6,7 @@ mod bad_input;
 mod cli;
 mod crds;
 mod defects;
+mod deploy;
 mod golden;
 mod keda_schema;
 mod properties;
