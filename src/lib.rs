@@ -19,4 +19,5 @@ pub mod problem;
 pub mod render;
 pub mod schema_check;
 pub mod source;
+pub mod telemetry;
 pub mod yaml;

@@ -1,4 +1,4 @@
-//! The command line: `render`, `validate` and `crds`.
+//! The command line: `render`, `validate`, `crds` and `controller`.
 
 mod remote;
 
@@ -54,6 +54,9 @@ pub enum Command {
         #[arg(long)]
         output_dir: Option<PathBuf>,
     },
+    /// Run the controller against the cluster of the environment (in-cluster or kubeconfig):
+    /// both reconcilers, leader election, `/metrics`, `/healthz` and `/readyz`.
+    Controller(crate::controller::run::Args),
 }
 
 /// The tenant repository and the platform settings it is rendered with.
@@ -115,6 +118,9 @@ pub enum Output {
 /// 2 usage errors.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Controller(args) = cli.command {
+        return crate::controller::run::main(args);
+    }
     let stdout = io::stdout();
     let stderr = io::stderr();
     let result = match cli.command {
@@ -122,6 +128,7 @@ pub fn main() -> ExitCode {
         Command::Validate { source, output } => validate_command(&source, output, &mut stdout.lock()),
         Command::Crds { output_dir: None } => stdout.lock().write_all(crds_yaml().as_bytes()).map(|()| true),
         Command::Crds { output_dir: Some(dir) } => write_crds(&dir).map(|()| true),
+        Command::Controller(_) => unreachable!("handled above"),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

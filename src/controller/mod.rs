@@ -3,6 +3,7 @@
 
 pub mod cdtarget;
 pub mod conditions;
+pub mod run;
 pub mod tenant_repository;
 
 /// Reads the cluster admin's policy ConfigMap: absent means the documented defaults; present

@@ -5,5 +5,6 @@
 mod common;
 
 mod cdtarget;
+mod run;
 mod support;
 mod tenant_repository;

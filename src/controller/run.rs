@@ -1,0 +1,603 @@
+//! `cdtarget controller`: both reconcilers in one process, driven by watches, behind leader
+//! election, with metrics, health endpoints and graceful shutdown.
+//!
+//! Wiring only: the decisions live in [`super::cdtarget`] and [`super::tenant_repository`]; the
+//! one pure mapping here ([`cdtargets_referencing_secret`]) is tested on its own.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::api::keda::{ScaledObject, TriggerAuthentication};
+use crate::api::labels;
+use crate::api::{CDTarget, TenantRepository};
+use crate::controller::{cdtarget, tenant_repository};
+use crate::render;
+use crate::source::{self, Fetcher};
+use crate::telemetry::{self, LogFormat, State};
+
+/// How long the start-up check waits for the API server.
+pub const API_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Flags of `cdtarget controller`; every flag has an environment-variable equivalent.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Namespace the controller runs in: it holds the policy ConfigMap and the leader-election
+    /// Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "cdtarget-system")]
+    pub namespace: String,
+    /// Name of the platform policy ConfigMap in the controller's namespace (key `policy.yaml`).
+    /// When it does not exist the documented defaults apply; a change re-renders every CDTarget.
+    #[arg(long, env = "CDTARGET_POLICY_CONFIGMAP", default_value = "cdtarget-policy", value_name = "NAME")]
+    pub policy_configmap: String,
+    /// Directory caching the tenants' repositories (one bare repository and its checked-out
+    /// snapshots per registration). Use a volume that survives restarts to keep polls cheap.
+    #[arg(long, env = "CDTARGET_CACHE_DIR", default_value = "/var/cache/cdtarget", value_name = "DIR")]
+    pub cache_dir: PathBuf,
+    /// Most Git fetches running at once.
+    #[arg(long, env = "CDTARGET_FETCH_CONCURRENCY", default_value_t = 4, value_name = "N")]
+    pub fetch_concurrency: usize,
+    /// Most reconciles running at once, per kind (0: unbounded).
+    #[arg(long, env = "CDTARGET_RECONCILE_CONCURRENCY", default_value_t = 8, value_name = "N")]
+    pub reconcile_concurrency: u16,
+    /// Upper bound on one Git fetch, in seconds; a socket silent for this long is cut too.
+    #[arg(long, env = "CDTARGET_GIT_TIMEOUT", default_value_t = 60, value_name = "SECONDS")]
+    pub git_timeout: u64,
+    /// Label selector for sharding: only TenantRepositories and CDTargets matching it are
+    /// reconciled by this replica (e.g. `cdtarget.io/shard=a`). Give each shard its own
+    /// `--lease-name`.
+    #[arg(long, env = "CDTARGET_SHARD_SELECTOR", value_name = "SELECTOR")]
+    pub shard_selector: Option<String>,
+    /// Elect a leader on a coordination.k8s.io Lease so that only one replica reconciles;
+    /// `--leader-elect=false` for a single replica or local runs.
+    #[arg(long, env = "CDTARGET_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease in the controller's namespace.
+    #[arg(long, env = "CDTARGET_LEASE_NAME", default_value = "cdtarget-controller", value_name = "NAME")]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (the pod name; the host name when unset).
+    #[arg(long, env = "POD_NAME", value_name = "NAME")]
+    pub identity: Option<String>,
+    /// Listen address of `/metrics`, `/healthz` and `/readyz` (`:8080` is every interface).
+    #[arg(long, env = "CDTARGET_METRICS_ADDRESS", default_value = ":8080", value_name = "ADDRESS")]
+    pub metrics_address: String,
+    /// Log format.
+    #[arg(long, env = "CDTARGET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log level or filter (`info`, `debug`, `info,kube=warn`, ...).
+    #[arg(long, env = "CDTARGET_LOG_LEVEL", default_value = "info", value_name = "FILTER")]
+    pub log_level: String,
+}
+
+/// Why the controller stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable kubeconfig or in-cluster configuration.
+    #[error("no Kubernetes configuration (in-cluster or kubeconfig): {0}")]
+    Config(String),
+    /// The API server did not answer the start-up check.
+    #[error("the Kubernetes API server at {url} is not reachable: {reason}")]
+    Unreachable {
+        /// The server's URL.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A flag has an unusable value.
+    #[error("{0}")]
+    Flag(String),
+    /// The cache directory cannot be created.
+    #[error("cache directory {dir}: {source}")]
+    Cache {
+        /// The directory.
+        dir: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The health/metrics server could not start.
+    #[error("serving on {address}: {source}")]
+    Serve {
+        /// The address.
+        address: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A request of the start-up (discovery, Lease) failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was being done.
+        what: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Leader election failed or the lease was lost; the process exits so that it restarts
+    /// clean.
+    #[error("leader election: {0}")]
+    Lease(String),
+}
+
+/// Runs `cdtarget controller` and maps the outcome to an exit code.
+pub fn main(args: Args) -> ExitCode {
+    // kube, reqwest and jsonschema must agree on one rustls provider (see dependencies.md).
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    if let Err(message) = telemetry::init_logging(args.log_format, &args.log_level) {
+        eprintln!("cdtarget controller: {message}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cdtarget controller: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cdtarget controller: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Connects, starts the health server, then runs the reconcilers (while leading).
+pub async fn run(args: Args) -> Result<(), RunError> {
+    let address = telemetry::parse_listen_address(&args.metrics_address).map_err(RunError::Flag)?;
+    let (client, config) = connect(API_CHECK_TIMEOUT).await?;
+    std::fs::create_dir_all(&args.cache_dir)
+        .map_err(|source| RunError::Cache { dir: args.cache_dir.display().to_string(), source })?;
+
+    let state = Arc::new(State::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(stop_on_signal(stop_tx.clone()));
+
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| RunError::Serve { address: args.metrics_address.clone(), source })?;
+    info!(%address, "serving /metrics, /healthz and /readyz");
+    let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let http = tokio::spawn(telemetry::serve(listener, state.clone(), stopped(http_stop_rx)));
+
+    let result = lead_and_reconcile(&args, client, config, state.clone(), stop_tx, stop_rx).await;
+    state.set_ready(false);
+    let _ = http_stop_tx.send(true);
+    let _ = http.await;
+    result
+}
+
+/// Builds a client from the environment and checks, briefly, that the API server answers.
+pub async fn connect(timeout: Duration) -> Result<(Client, kube::Config), RunError> {
+    let config = kube::Config::infer().await.map_err(|e| RunError::Config(e.to_string()))?;
+    let url = config.cluster_url.to_string();
+    let client = Client::try_from(config.clone())
+        .map_err(|e| RunError::Unreachable { url: url.clone(), reason: format!("building the client: {e}") })?;
+    match tokio::time::timeout(timeout, client.apiserver_version()).await {
+        Err(_) => Err(RunError::Unreachable { url, reason: format!("no answer within {}s", timeout.as_secs()) }),
+        Ok(Err(e)) => Err(RunError::Unreachable { url, reason: e.to_string() }),
+        Ok(Ok(version)) => {
+            info!(%url, version = %version.git_version, "connected to the API server");
+            Ok((client, config))
+        }
+    }
+}
+
+/// Sets `stop` on SIGTERM or SIGINT.
+async fn stop_on_signal(stop: watch::Sender<bool>) {
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => futures::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = futures::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+        () = terminate => info!("SIGTERM: shutting down"),
+    }
+    let _ = stop.send(true);
+}
+
+/// Completes once `stop` is set (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// A shareable (`Sync`) future completing once `stop` is set, for `graceful_shutdown_on`.
+fn shutdown_future(stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync + 'static {
+    stopped(stop).boxed().shared()
+}
+
+/// Without leader election: runs the reconcilers until stopped. With it: waits for the lease,
+/// runs the reconcilers while holding it, and returns an error when it is lost (a restart is
+/// the clean way to drop every cache and in-flight reconcile).
+async fn lead_and_reconcile(
+    args: &Args,
+    client: Client,
+    config: kube::Config,
+    state: Arc<State>,
+    stop_tx: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    if !args.leader_elect {
+        state.set_leader(true);
+        return reconcile_until_stopped(args, client, config, state, stop_rx).await;
+    }
+    let identity = args.identity.clone().or_else(host_name).unwrap_or_else(|| "cdtarget".into());
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+        .with_namespace(&args.namespace)
+        .with_identity(&identity)
+        .with_field_manager(crate::api::FIELD_MANAGER)
+        .build()
+        .await
+        .map_err(|e| RunError::Lease(format!("Lease {}/{}: {e}", args.namespace, args.lease_name)))?;
+    let (mut leading, lease_task) = manager.watch().await;
+    // The lease state is known from here on: a follower is ready.
+    state.set_ready(true);
+    info!(identity, lease = %args.lease_name, "waiting for the lease");
+
+    let mut stop = stop_rx.clone();
+    // Some(acquired) when the lease state settled first, None when stopped first.
+    let acquired = tokio::select! {
+        acquired = leading.wait_for(|leader| *leader) => Some(acquired.is_ok()),
+        _ = stop.wait_for(|stop| *stop) => None,
+    };
+    match acquired {
+        Some(true) => {}
+        Some(false) => return Err(RunError::Lease("the lease task ended".into())),
+        None => {
+            drop(leading);
+            let _ = lease_task.await;
+            return Ok(());
+        }
+    }
+    info!(identity, "acquired the lease: starting the reconcilers");
+    state.set_leader(true);
+    state.set_ready(false);
+
+    // Losing the lease stops the reconcilers as a signal would.
+    let mut lost = leading.clone();
+    let lost_lease = tokio::spawn(async move {
+        let lost = lost.wait_for(|leader| !*leader).await.is_ok();
+        if lost {
+            warn!("lost the lease: stopping the reconcilers");
+            let _ = stop_tx.send(true);
+        }
+        lost
+    });
+    let result = reconcile_until_stopped(args, client, config, state.clone(), stop_rx).await;
+    // The watcher task holds a receiver of the lease channel: end it so the lease is released.
+    let lost = if lost_lease.is_finished() {
+        lost_lease.await.unwrap_or(false)
+    } else {
+        lost_lease.abort();
+        let _ = lost_lease.await;
+        false
+    };
+    state.set_leader(false);
+    // Dropping the receiver makes the lease task release the lease.
+    drop(leading);
+    let _ = lease_task.await;
+    result?;
+    if lost { Err(RunError::Lease("lost the lease".into())) } else { Ok(()) }
+}
+
+fn host_name() -> Option<String> {
+    std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty())
+}
+
+/// Runs both controllers until `stop` is set.
+async fn reconcile_until_stopped(
+    args: &Args,
+    client: Client,
+    config: kube::Config,
+    state: Arc<State>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let keda = keda_installed(&client).await.map_err(|source| RunError::Kube { what: "discovering KEDA", source })?;
+    if !keda {
+        info!("KEDA (keda.sh/v1alpha1 ScaledObject) is not installed: agents run as plain Deployments");
+    }
+    let git_timeout = Duration::from_secs(args.git_timeout.max(1));
+    source::set_io_timeout(git_timeout);
+    let limits = source::Limits { timeout: git_timeout, ..source::Limits::default() };
+    let fetcher = Fetcher::new(&args.cache_dir, limits, args.fetch_concurrency);
+
+    let repo_ctx = Arc::new(tenant_repository::Context::new(
+        client.clone(),
+        config,
+        fetcher,
+        &args.namespace,
+        &args.policy_configmap,
+    ));
+    let target_ctx = Arc::new(cdtarget::Context {
+        client: client.clone(),
+        policy_namespace: args.namespace.clone(),
+        policy_name: args.policy_configmap.clone(),
+        keda,
+    });
+    let shard = shard_config(args.shard_selector.as_deref());
+    let controller_config = controller::Config::default().concurrency(args.reconcile_concurrency);
+
+    // The webhook receiver will hold a clone of this trigger.
+    let (trigger, triggered) = Trigger::new();
+    let repositories = tenant_repository_controller(&client, shard.clone(), triggered)
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(shutdown_future(stop.clone()));
+    let targets = cdtarget_controller(&client, shard, &args.namespace, &args.policy_configmap, keda)
+        .with_config(controller_config)
+        .graceful_shutdown_on(shutdown_future(stop.clone()));
+
+    let repo_metrics = state.clone();
+    let repositories = repositories.run(
+        move |repo, ctx| {
+            let state = repo_metrics.clone();
+            async move {
+                let _timer = state.metrics.time_reconcile(TenantRepository::kind(&()).as_ref());
+                let result = tenant_repository::reconcile(repo, ctx).await;
+                let label = result.as_ref().map_or_else(tenant_repository::Error::metric_label, |_| "success");
+                state.metrics.count_reconcile("TenantRepository", label);
+                result
+            }
+        },
+        tenant_repository::error_policy,
+        repo_ctx,
+    );
+    let target_metrics = state.clone();
+    let targets = targets.run(
+        move |target, ctx| {
+            let state = target_metrics.clone();
+            async move {
+                let _timer = state.metrics.time_reconcile("CDTarget");
+                let result = cdtarget::reconcile(target, ctx).await;
+                let label = result.as_ref().map_or_else(cdtarget::Error::metric_label, |_| "success");
+                state.metrics.count_reconcile("CDTarget", label);
+                result
+            }
+        },
+        cdtarget::error_policy,
+        target_ctx,
+    );
+    state.set_ready(true);
+    info!("reconcilers running");
+    // Keep the trigger alive while the controllers run (the webhook receiver takes clones).
+    let _trigger = trigger;
+    tokio::join!(drain("TenantRepository", repositories), drain("CDTarget", targets));
+    info!("reconcilers stopped");
+    Ok(())
+}
+
+/// Logs what a controller stream yields until it ends.
+async fn drain<K, E1, E2>(
+    kind: &'static str,
+    stream: impl Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E1, E2>>>,
+) where
+    K: Resource,
+    E1: std::error::Error + 'static,
+    E2: std::error::Error + 'static,
+{
+    stream
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(kind, %object, "reconciled"),
+                Err(controller::Error::ReconcilerFailed(error, object)) => {
+                    warn!(kind, %object, error = %error, "reconcile failed")
+                }
+                Err(error) => warn!(kind, error = %error, "controller"),
+            }
+        })
+        .await;
+}
+
+/// The watcher configuration of the sharded kinds.
+fn shard_config(selector: Option<&str>) -> watcher::Config {
+    let config = watcher::Config::default().any_semantic();
+    match selector.filter(|s| !s.trim().is_empty()) {
+        Some(selector) => config.labels(selector),
+        None => config,
+    }
+}
+
+/// Whether `keda.sh/v1alpha1` serves ScaledObject and TriggerAuthentication.
+pub async fn keda_installed(client: &Client) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources("keda.sh/v1alpha1").await {
+        Ok(list) => {
+            let has = |kind: &str| list.resources.iter().any(|r| r.kind == kind);
+            Ok(has("ScaledObject") && has("TriggerAuthentication"))
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+// === TenantRepository ===
+
+/// Asks for a reconcile of one TenantRepository now (the webhook receiver's path). Cloneable;
+/// triggers for the same object while one is queued are merged by the controller.
+#[derive(Clone, Debug)]
+pub struct Trigger {
+    sender: mpsc::UnboundedSender<ObjectRef<TenantRepository>>,
+}
+
+/// The controller behind a [`Trigger`] has stopped.
+#[derive(Debug, thiserror::Error)]
+#[error("the TenantRepository controller is not running")]
+pub struct TriggerClosed;
+
+impl Trigger {
+    /// A trigger and the stream the controller reads (`Controller::reconcile_on`).
+    pub fn new() -> (Trigger, impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static) {
+        let (sender, receiver) = mpsc::unbounded();
+        (Trigger { sender }, receiver)
+    }
+
+    /// Queues a reconcile of `namespace/name`.
+    pub fn fire(&self, namespace: &str, name: &str) -> Result<(), TriggerClosed> {
+        self.sender.unbounded_send(ObjectRef::new(name).within(namespace)).map_err(|_| TriggerClosed)
+    }
+}
+
+/// The TenantRepository controller: watches the (sharded) registrations, reconciles on every
+/// change (including the `cdtarget.io/requestedAt` annotation: any change of the object is seen)
+/// and on `triggers`.
+pub fn tenant_repository_controller(
+    client: &Client,
+    shard: watcher::Config,
+    triggers: impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static,
+) -> Controller<TenantRepository> {
+    Controller::new(Api::<TenantRepository>::all(client.clone()), shard).reconcile_on(triggers)
+}
+
+// === CDTarget ===
+
+/// The CDTarget controller: watches the (sharded) CDTargets, owns their children, and watches
+/// the Secrets they reference and the policy ConfigMap. Children, Secrets and the ConfigMap are
+/// watched as metadata only: Secret values never enter the controller's caches.
+pub fn cdtarget_controller(
+    client: &Client,
+    shard: watcher::Config,
+    policy_namespace: &str,
+    policy_name: &str,
+    keda: bool,
+) -> Controller<CDTarget> {
+    let controller = Controller::new(Api::<CDTarget>::all(client.clone()), shard);
+    let store = controller.store();
+    let children = watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE));
+    let mut controller = controller
+        .owns_stream(
+            watcher(Api::<PartialObjectMeta<Deployment>>::all(client.clone()), children.clone())
+                .default_backoff()
+                .touched_objects(),
+        )
+        .owns_stream(
+            watcher(Api::<PartialObjectMeta<NetworkPolicy>>::all(client.clone()), children.clone())
+                .default_backoff()
+                .touched_objects(),
+        );
+    if keda {
+        controller = controller
+            .owns_stream(
+                watcher(Api::<PartialObjectMeta<ScaledObject>>::all(client.clone()), children.clone())
+                    .default_backoff()
+                    .touched_objects(),
+            )
+            .owns_stream(
+                watcher(Api::<PartialObjectMeta<TriggerAuthentication>>::all(client.clone()), children)
+                    .default_backoff()
+                    .touched_objects(),
+            );
+    }
+
+    let secrets_store = store.clone();
+    let secrets = watcher(Api::<PartialObjectMeta<Secret>>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
+    let policy = watcher::Config::default().fields(&format!("metadata.name={policy_name}"));
+    let policy_maps =
+        watcher(Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), policy_namespace), policy);
+    controller
+        .watches_stream(secrets, move |secret| {
+            let namespace = secret.namespace().unwrap_or_default();
+            cdtargets_referencing_secret(&namespace, &secret.name_any(), secrets_store.state())
+        })
+        .watches_stream(policy_maps.default_backoff().touched_objects(), move |_config_map| {
+            store.state().iter().map(|target| ObjectRef::from_obj(target.as_ref())).collect::<Vec<_>>()
+        })
+}
+
+/// The CDTargets among `targets` that reference Secret `namespace/name` (token, proxy or CA).
+pub fn cdtargets_referencing_secret(
+    namespace: &str,
+    name: &str,
+    targets: impl IntoIterator<Item = Arc<CDTarget>>,
+) -> Vec<ObjectRef<CDTarget>> {
+    targets
+        .into_iter()
+        .filter(|target| target.namespace().as_deref() == Some(namespace))
+        .filter(|target| render::referenced_secrets(target).contains(&name))
+        .map(|target| ObjectRef::from_obj(target.as_ref()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::CDTargetSpec;
+
+    use super::*;
+
+    fn target(namespace: &str, name: &str, token: &str, proxy: Option<&str>, ca: Option<&str>) -> Arc<CDTarget> {
+        let spec = CDTargetSpec {
+            token_ref: token.into(),
+            proxy_ref: proxy.map(Into::into),
+            ca_cert_ref: ca.map(Into::into),
+            ..CDTargetSpec::default()
+        };
+        let mut target = CDTarget::new(name, spec);
+        target.metadata.namespace = Some(namespace.into());
+        Arc::new(target)
+    }
+
+    fn names(refs: Vec<ObjectRef<CDTarget>>) -> Vec<String> {
+        refs.iter().map(|r| format!("{}/{}", r.namespace.as_deref().unwrap_or(""), r.name)).collect()
+    }
+
+    #[test]
+    fn a_secret_maps_to_every_cdtarget_of_its_namespace_referencing_it_as_token_proxy_or_ca() {
+        let targets = vec![
+            target("team-a", "by-token", "shared", None, None),
+            target("team-a", "by-proxy", "other", Some("shared"), None),
+            target("team-a", "by-ca", "other", None, Some("shared")),
+            target("team-a", "unrelated", "other", Some("proxy"), Some("ca")),
+            target("team-b", "same-name-elsewhere", "shared", None, None),
+        ];
+        let found = names(cdtargets_referencing_secret("team-a", "shared", targets));
+        assert_eq!(found, ["team-a/by-token", "team-a/by-proxy", "team-a/by-ca"]);
+    }
+
+    #[test]
+    fn a_secret_nobody_references_maps_to_nothing() {
+        let targets = vec![target("team-a", "agents", "azp-token", None, None)];
+        assert!(cdtargets_referencing_secret("team-a", "unrelated", targets.clone()).is_empty());
+        assert!(cdtargets_referencing_secret("team-b", "azp-token", targets).is_empty());
+    }
+
+    #[test]
+    fn an_empty_shard_selector_selects_everything() {
+        assert_eq!(shard_config(Some("  ")).label_selector, None);
+        assert_eq!(shard_config(Some("shard=a")).label_selector.as_deref(), Some("shard=a"));
+        assert_eq!(shard_config(None).label_selector, None);
+    }
+
+    #[tokio::test]
+    async fn fired_triggers_reach_the_controller_stream_in_order() {
+        let (trigger, mut triggered) = Trigger::new();
+        let webhook = trigger.clone();
+        trigger.fire("team-a", "repo").unwrap();
+        webhook.fire("team-b", "other").unwrap();
+        let first = triggered.next().await.unwrap();
+        assert_eq!((first.namespace.as_deref(), first.name.as_str()), (Some("team-a"), "repo"));
+        assert_eq!(triggered.next().await.unwrap().name, "other");
+        drop(triggered);
+        assert!(trigger.fire("team-a", "repo").is_err(), "a stopped controller is reported");
+    }
+}

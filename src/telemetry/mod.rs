@@ -1,0 +1,209 @@
+//! What the controller process tells the outside world: logs (text or JSON), Prometheus metrics
+//! and the `/healthz`, `/readyz` and `/metrics` endpoints.
+//!
+//! The HTTP side shares a [`State`] that never holds the kube client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::State as AxumState;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
+/// Installs the global tracing subscriber. `filter` is an `EnvFilter` directive such as `info`
+/// or `info,cdtarget=debug`.
+pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("--log-level `{filter}`: {e}"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    result.map_err(|e| format!("installing the logger: {e}"))
+}
+
+/// Labels of the reconcile metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `TenantRepository` or `CDTarget`.
+    pub kind: String,
+}
+
+/// Labels of the reconcile result counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `TenantRepository` or `CDTarget`.
+    pub kind: String,
+    /// `success`, or the error's short label (`read`, `apply`, `prune`, `status`, ...).
+    pub result: String,
+}
+
+/// The controller's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Wall time of one reconcile, per kind.
+    pub reconcile_duration: Family<KindLabels, Histogram>,
+    /// Reconciles per kind and result.
+    pub reconciles: Family<ResultLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("cdtarget");
+        let reconcile_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            // 5 ms .. ~2.7 min
+            Histogram::new(exponential_buckets(0.005, 2.0, 16))
+        });
+        let reconciles = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "reconcile_duration_seconds",
+            "Wall time of one reconcile, per kind",
+            reconcile_duration.clone(),
+        );
+        registry.register("reconciles", "Reconciles per kind and result", reconciles.clone());
+        Metrics { registry, reconcile_duration, reconciles }
+    }
+}
+
+impl Metrics {
+    /// Starts timing a reconcile of `kind`; the guard records the duration when dropped.
+    pub fn time_reconcile(&self, kind: &str) -> ReconcileTimer<'_> {
+        ReconcileTimer { metrics: self, kind: kind.to_owned(), start: Instant::now() }
+    }
+
+    /// Counts one reconcile of `kind` ending in `result`.
+    pub fn count_reconcile(&self, kind: &str, result: &str) {
+        self.reconciles.get_or_create(&ResultLabels { kind: kind.to_owned(), result: result.to_owned() }).inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Records a reconcile's duration when dropped (also when the reconcile future is cancelled).
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    kind: String,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        let labels = KindLabels { kind: std::mem::take(&mut self.kind) };
+        self.metrics.reconcile_duration.get_or_create(&labels).observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// What the HTTP endpoints read: readiness flags and the metrics. Never the kube client.
+#[derive(Default)]
+pub struct State {
+    /// The watchers run (this replica leads), or the leader is known (it does not).
+    ready: AtomicBool,
+    /// Whether this replica holds the lease.
+    leader: AtomicBool,
+    /// The metrics.
+    pub metrics: Metrics,
+}
+
+impl State {
+    /// Marks the process ready (or not).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Whether the process is ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Records whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.store(leader, Ordering::SeqCst);
+    }
+
+    /// Whether this replica leads.
+    pub fn is_leader(&self) -> bool {
+        self.leader.load(Ordering::SeqCst)
+    }
+}
+
+/// The HTTP routes: `/healthz`, `/readyz`, `/metrics`.
+pub fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn readyz(AxumState(state): AxumState<Arc<State>>) -> impl IntoResponse {
+    if state.is_ready() {
+        (StatusCode::OK, if state.is_leader() { "ready (leader)\n" } else { "ready\n" })
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn metrics(AxumState(state): AxumState<Arc<State>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
+}
+
+/// Reads a listen address: `:8080` means every interface, port 8080.
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+    let full = if text.starts_with(':') { format!("0.0.0.0{text}") } else { text.to_owned() };
+    full.parse().map_err(|e| format!("`{text}` is not an address like `:8080` or `127.0.0.1:8080`: {e}"))
+}
+
+/// Serves the routes on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<State>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_accept_a_bare_port() {
+        assert_eq!(parse_listen_address(":8080").unwrap(), "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(parse_listen_address("127.0.0.1:9").unwrap(), "127.0.0.1:9".parse().unwrap());
+        assert!(parse_listen_address("8080").is_err());
+    }
+
+    #[test]
+    fn metrics_expose_reconcile_duration_and_results_per_kind() {
+        let metrics = Metrics::default();
+        drop(metrics.time_reconcile("CDTarget"));
+        metrics.count_reconcile("CDTarget", "success");
+        let text = metrics.encode();
+        assert!(text.contains("cdtarget_reconcile_duration_seconds_count{kind=\"CDTarget\"} 1"), "{text}");
+        assert!(text.contains("cdtarget_reconciles_total{kind=\"CDTarget\",result=\"success\"} 1"), "{text}");
+    }
+}
