@@ -539,6 +539,48 @@ pub fn cdtargets_referencing_secret(
         .collect()
 }
 
+// === Driven by given streams ===
+
+/// What a controller yields per reconcile (the streams of [`controllers_on_streams`]).
+pub type Reconciled<K, E> = Result<(ObjectRef<K>, Action), controller::Error<E, watcher::Error>>;
+
+/// Both controllers, with the same reconcile and error-policy functions as the production ones,
+/// fed by event streams given by the caller instead of watches; they stop when `stop` is set.
+/// The returned streams yield one item per reconcile and must be polled to run.
+///
+/// For in-process end-to-end tests against an API server that serves no watches
+/// (kube-fake-client): `repositories` and `targets` carry what the TenantRepository and
+/// CDTarget watches would deliver, and must begin with an initial list (`Init`, `InitApply`...,
+/// `InitDone`) as a watcher's do, since a controller holds its reconciles until its store is
+/// ready; `triggers` is the stream of a [`Trigger`]. The production path
+/// ([`tenant_repository_controller`], [`cdtarget_controller`]) stays watch-driven.
+pub fn controllers_on_streams(
+    repo_ctx: Arc<tenant_repository::Context>,
+    target_ctx: Arc<cdtarget::Context>,
+    repositories: impl Stream<Item = Result<watcher::Event<TenantRepository>, watcher::Error>> + Send + 'static,
+    triggers: impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static,
+    targets: impl Stream<Item = Result<watcher::Event<CDTarget>, watcher::Error>> + Send + 'static,
+    stop: watch::Receiver<bool>,
+) -> (
+    impl Stream<Item = Reconciled<TenantRepository, tenant_repository::Error>> + Send + 'static,
+    impl Stream<Item = Reconciled<CDTarget, cdtarget::Error>> + Send + 'static,
+) {
+    let (repo_store, repo_writer) = kube::runtime::reflector::store();
+    let repo_events = kube::runtime::reflector(repo_writer, repositories).applied_objects();
+    let repositories = Controller::for_stream(repo_events, repo_store)
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown_future(stop.clone()))
+        .run(tenant_repository::reconcile, tenant_repository::error_policy, repo_ctx);
+    let (target_store, target_writer) = kube::runtime::reflector::store();
+    let target_events = kube::runtime::reflector(target_writer, targets).applied_objects();
+    let targets = Controller::for_stream(target_events, target_store).graceful_shutdown_on(shutdown_future(stop)).run(
+        cdtarget::reconcile,
+        cdtarget::error_policy,
+        target_ctx,
+    );
+    (repositories, targets)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::api::CDTargetSpec;

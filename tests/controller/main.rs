@@ -5,6 +5,7 @@
 mod common;
 
 mod cdtarget;
+mod e2e;
 mod run;
 mod support;
 mod tenant_repository;

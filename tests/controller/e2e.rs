@@ -1,0 +1,433 @@
+//! In-process end to end: a TenantRepository whose repository is served by a real `sshd` (ed25519
+//! deploy key, pinned host key), both reconcilers running as controllers against kube-fake-client,
+//! a push announced through the in-process [`Trigger`] the webhook receiver uses.
+//!
+//! kube-fake-client serves no watches, so the controllers are built with
+//! [`controllers_on_streams`], which runs the production reconcile and error-policy functions on
+//! event streams this test feeds instead of watches. The production wiring
+//! ([`cdtarget::controller::run::tenant_repository_controller`] and `cdtarget_controller`) stays
+//! watch-driven. Every event the test sends names the watch event it stands in for
+//! ([`Cluster::relay_registration`], [`Cluster::relay_target`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cdtarget::api::CDTarget;
+use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::tenant_repository::{LocalSecretReference, TenantRepository, TenantRepositorySpec};
+use cdtarget::controller::conditions::{READY, STALLED, is_true};
+use cdtarget::controller::run::{Reconciled, Trigger, controllers_on_streams};
+use cdtarget::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
+use cdtarget::controller::{cdtarget as cdtarget_reconciler, tenant_repository};
+use cdtarget::manifests;
+use cdtarget::source::{Fetcher, Limits};
+use futures::channel::mpsc;
+use futures::{Stream, StreamExt};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use kube_fake_client::{ClientBuilder, interceptor};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::common::{self, KeyKind, Sshd, TestDir, Upstream, UpstreamRepo, test_dir};
+
+const PLATFORM: &str = "cdtarget-system";
+const POLICY: &str = "cdtarget-policy";
+const REPO: &str = "team-a-repo";
+const TENANT: &str = "team-a";
+const SERVICE_ACCOUNT: &str = "deployer";
+const CREDENTIALS: &str = "team-a-git";
+const TARGET: &str = "agents";
+const TOKEN: &str = "azp-token";
+
+/// Bound on every wait: a fetch over ssh on loopback and a reconcile take well under a second.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// Interval between two reads of the fake API while waiting for a condition.
+const POLL: Duration = Duration::from_millis(20);
+
+fn config_map_yaml(name: &str, value: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n")
+}
+
+fn cdtarget_yaml(name: &str, ip: &str) -> String {
+    format!(
+        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: {name}\nspec:\n  ip: [\"{ip}\"]\n  \
+         agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: {TOKEN}\n  minReplicaCount: 1\n  maxReplicaCount: 3\n  \
+         config:\n    url: https://dev.azure.com/acme\n    poolName: pool\n"
+    )
+}
+
+/// Receives what one controller yields, one item per finished reconcile.
+struct Reconciles<K: Resource, E: 'static> {
+    receiver: mpsc::UnboundedReceiver<Reconciled<K, E>>,
+}
+
+impl<K, E> Reconciles<K, E>
+where
+    K: Resource + 'static,
+    E: std::error::Error + Send + 'static,
+{
+    /// Polls `controller` on its own task, forwarding every reconcile's outcome.
+    fn spawn(controller: impl Stream<Item = Reconciled<K, E>> + Send + 'static) -> Self
+    where
+        K: Send,
+        K::DynamicType: Send,
+    {
+        let (sender, receiver) = mpsc::unbounded();
+        tokio::spawn(controller.for_each(move |item| {
+            let _ = sender.unbounded_send(item);
+            futures::future::ready(())
+        }));
+        Reconciles { receiver }
+    }
+
+    /// Waits (bounded) for the next finished reconcile and expects it to have succeeded.
+    async fn next_ok(&mut self, what: &str) {
+        match tokio::time::timeout(DEADLINE, self.receiver.next()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(error))) => panic!("{what}: reconcile failed: {error:?}"),
+            Ok(None) => panic!("{what}: the controller stopped"),
+            Err(_) => panic!("{what}: no reconcile within {DEADLINE:?}"),
+        }
+    }
+}
+
+/// The fake cluster, the stand-ins for the two watches, and the trigger.
+struct Cluster {
+    client: Client,
+    /// Every mutating request: `verb Kind namespace/name`.
+    writes: Arc<Mutex<Vec<String>>>,
+    /// Stands in for the TenantRepository watch of the production controller.
+    registrations: mpsc::UnboundedSender<watcher::Event<TenantRepository>>,
+    /// Stands in for the CDTarget watch of the production controller.
+    targets: mpsc::UnboundedSender<watcher::Event<CDTarget>>,
+    /// The webhook receiver's path into the TenantRepository controller.
+    trigger: Trigger,
+    repo_reconciles: Reconciles<TenantRepository, tenant_repository::Error>,
+    target_reconciles: Reconciles<CDTarget, cdtarget_reconciler::Error>,
+    stop: watch::Sender<bool>,
+    _cache: TestDir,
+}
+
+fn kind_of(object: &Value) -> &str {
+    object.get("kind").and_then(Value::as_str).unwrap_or("?")
+}
+
+impl Cluster {
+    /// A fake cluster with cdtarget's and KEDA's kinds, and both controllers running on it.
+    async fn start() -> Cluster {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let writes: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (on_create, on_patch, on_status, on_delete) =
+            (writes.clone(), writes.clone(), writes.clone(), writes.clone());
+        let funcs = interceptor::Funcs::new()
+            .create(move |ctx| {
+                let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
+                on_create.lock().unwrap().push(format!("create {} {}/{name}", kind_of(ctx.object), ctx.namespace));
+                Ok(None)
+            })
+            .patch(move |ctx| {
+                on_patch.lock().unwrap().push(format!("patch {} {}/{}", kind_of(ctx.patch), ctx.namespace, ctx.name));
+                Ok(None)
+            })
+            .patch_status(move |ctx| {
+                on_status.lock().unwrap().push(format!("status {}/{}", ctx.namespace, ctx.name));
+                Ok(None)
+            })
+            .delete(move |ctx| {
+                on_delete.lock().unwrap().push(format!("delete {}/{}", ctx.namespace, ctx.name));
+                Ok(None)
+            });
+        let client = ClientBuilder::new()
+            .with_resource::<CDTarget>()
+            .with_status_subresource::<CDTarget>()
+            .with_resource::<TenantRepository>()
+            .with_status_subresource::<TenantRepository>()
+            .with_resource::<ScaledObject>()
+            .with_resource::<TriggerAuthentication>()
+            .with_interceptor_funcs(funcs)
+            .build()
+            .await
+            .expect("fake client");
+
+        let cache = test_dir();
+        // kube-fake-client answers every request in process and cannot impersonate: the tenant
+        // client is the controller's own (impersonation is covered in tests/controller and
+        // apply::server_side).
+        let tenant_client = client.clone();
+        let repo_ctx = Arc::new(tenant_repository::Context {
+            client: client.clone(),
+            client_for: Arc::new(move |_user: &str| Ok(tenant_client.clone())),
+            fetcher: Fetcher::new(cache.path(), Limits::default(), 2),
+            policy_namespace: PLATFORM.into(),
+            policy_name: POLICY.into(),
+            manifest_limits: manifests::Limits::default(),
+        });
+        // KEDA's kinds are registered in the fake, as the discovery in `run` would find them.
+        let target_ctx = Arc::new(cdtarget_reconciler::Context {
+            client: client.clone(),
+            policy_namespace: PLATFORM.into(),
+            policy_name: POLICY.into(),
+            keda: true,
+        });
+        let (registrations, registration_events) = mpsc::unbounded();
+        let (targets, target_events) = mpsc::unbounded();
+        let (trigger, triggered) = Trigger::new();
+        let (stop, stopped) = watch::channel(false);
+        let (repo_controller, target_controller) = controllers_on_streams(
+            repo_ctx,
+            target_ctx,
+            registration_events.map(Ok),
+            triggered,
+            target_events.map(Ok),
+            stopped,
+        );
+        Cluster {
+            client,
+            writes,
+            registrations,
+            targets,
+            trigger,
+            repo_reconciles: Reconciles::spawn(repo_controller),
+            target_reconciles: Reconciles::spawn(target_controller),
+            stop,
+            _cache: cache,
+        }
+    }
+
+    fn api<K>(&self, namespace: &str) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn put_secret(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
+        let secret = Secret {
+            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
+            ..Secret::default()
+        };
+        self.api::<Secret>(namespace).create(&PostParams::default(), &secret).await.expect("create Secret");
+    }
+
+    async fn registration(&self) -> TenantRepository {
+        self.api::<TenantRepository>(PLATFORM).get(REPO).await.expect("get TenantRepository")
+    }
+
+    /// Stand-in for the TenantRepository watch: the registration as stored now, delivered as the
+    /// watch would deliver its Added/Modified event (`watcher::Event::Apply`), which also keeps
+    /// the controller's store current (the trigger reconciles the stored object).
+    async fn relay_registration(&self) {
+        let repo = self.registration().await;
+        self.registrations.unbounded_send(watcher::Event::Apply(repo)).expect("controller running");
+    }
+
+    /// Stand-in for the CDTarget watch: the CDTarget as stored now, delivered as its
+    /// Added/Modified event.
+    async fn relay_target(&self) {
+        let target = self.api::<CDTarget>(TENANT).get(TARGET).await.expect("get CDTarget");
+        self.targets.unbounded_send(watcher::Event::Apply(target)).expect("controller running");
+    }
+
+    /// Waits (bounded, polling the fake API) until `check` holds.
+    async fn until<T, F>(&self, what: &str, check: impl Fn() -> F) -> T
+    where
+        F: Future<Output = Option<T>>,
+    {
+        let started = Instant::now();
+        loop {
+            if let Some(found) = check().await {
+                return found;
+            }
+            assert!(started.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}; writes: {:#?}", self.writes());
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn writes(&self) -> Vec<String> {
+        self.writes.lock().unwrap().clone()
+    }
+
+    fn clear_writes(&self) {
+        self.writes.lock().unwrap().clear();
+    }
+
+    /// Everything the tenant has running: the applied ConfigMap, the CDTarget and its four
+    /// children, as stored (with resourceVersion, so any write shows).
+    async fn applied(&self) -> BTreeMap<&'static str, Value> {
+        async fn stored<K>(cluster: &Cluster, name: &str) -> Value
+        where
+            K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+                + Clone
+                + DeserializeOwned
+                + Serialize
+                + std::fmt::Debug,
+        {
+            let object = cluster.api::<K>(TENANT).get(name).await.expect("applied object");
+            serde_json::to_value(object).unwrap()
+        }
+        BTreeMap::from([
+            ("ConfigMap", stored::<ConfigMap>(self, "settings").await),
+            ("CDTarget", stored::<CDTarget>(self, TARGET).await),
+            ("NetworkPolicy", stored::<NetworkPolicy>(self, TARGET).await),
+            ("Deployment", stored::<Deployment>(self, TARGET).await),
+            ("ScaledObject", stored::<ScaledObject>(self, TARGET).await),
+            ("TriggerAuthentication", stored::<TriggerAuthentication>(self, TARGET).await),
+        ])
+    }
+
+    /// Whether the CDTarget's four children all exist.
+    async fn children_present(&self) -> bool {
+        let np = self.api::<NetworkPolicy>(TENANT).get_opt(TARGET).await.unwrap().is_some();
+        let deploy = self.api::<Deployment>(TENANT).get_opt(TARGET).await.unwrap().is_some();
+        let scaled = self.api::<ScaledObject>(TENANT).get_opt(TARGET).await.unwrap().is_some();
+        let auth = self.api::<TriggerAuthentication>(TENANT).get_opt(TARGET).await.unwrap().is_some();
+        np && deploy && scaled && auth
+    }
+
+    async fn shut_down(self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// The registration: `deploy/` of `repo` over ssh, with the deploy key and the pinned host key
+/// in its Secret.
+async fn register(cluster: &Cluster, sshd: &Sshd, repo: &UpstreamRepo) {
+    let key = sshd.client_key(KeyKind::Ed25519);
+    cluster
+        .put_secret(PLATFORM, CREDENTIALS, &[("identity", &key.private_key_pem), ("known_hosts", &sshd.known_hosts())])
+        .await;
+    let spec = TenantRepositorySpec {
+        url: sshd.url(repo.bare_path()),
+        path: Some("deploy".into()),
+        interval: Some("10m".into()),
+        target_namespace: TENANT.into(),
+        service_account_name: SERVICE_ACCOUNT.into(),
+        prune: true,
+        secret_ref: Some(LocalSecretReference { name: CREDENTIALS.into() }),
+        ..TenantRepositorySpec::default()
+    };
+    let mut registration = TenantRepository::new(REPO, spec);
+    registration.metadata.namespace = Some(PLATFORM.into());
+    cluster
+        .api::<TenantRepository>(PLATFORM)
+        .create(&PostParams::default(), &registration)
+        .await
+        .expect("create TenantRepository");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_push_and_trigger_applies_new_cdtarget_and_broken_push_stalls() {
+    let test = "e2e_push_and_trigger_applies_new_cdtarget_and_broken_push_stalls";
+    let Some(sshd) = common::skip_or_fail(test, Sshd::start()) else { return };
+    let upstream = Upstream::new();
+    let repo = upstream.create("tenant.git");
+    let first = repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "1"))], "first");
+
+    let mut cluster = Cluster::start().await;
+    // The tenant's PAT exists before the CDTarget referencing it arrives.
+    cluster.put_secret(TENANT, TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
+    register(&cluster, &sshd, &repo).await;
+
+    // Stand-in for the watches' initial lists at start-up (Init, InitApply per object,
+    // InitDone): the registration exists, no CDTarget does yet. The initial list reconciles
+    // the registration once, over ssh.
+    cluster.registrations.unbounded_send(watcher::Event::Init).unwrap();
+    cluster.registrations.unbounded_send(watcher::Event::InitApply(cluster.registration().await)).unwrap();
+    cluster.registrations.unbounded_send(watcher::Event::InitDone).unwrap();
+    cluster.targets.unbounded_send(watcher::Event::Init).unwrap();
+    cluster.targets.unbounded_send(watcher::Event::InitDone).unwrap();
+    cluster.repo_reconciles.next_ok("initial list").await;
+    let status = cluster.registration().await.status.expect("status written");
+    assert_eq!(status.last_applied_revision.as_deref(), Some(first.as_str()), "{status:#?}");
+    assert!(is_true(&status.conditions, READY), "{status:#?}");
+    // Stand-in for the Modified event of that status write; its reconcile is a no-op.
+    cluster.clear_writes();
+    cluster.relay_registration().await;
+    cluster.repo_reconciles.next_ok("status Modified event").await;
+    assert_eq!(cluster.writes(), Vec::<String>::new(), "a no-op reconcile writes nothing");
+
+    // A push adding a CDTarget, announced through the trigger (the webhook receiver's path).
+    let second = repo.commit_and_push(&[("deploy/agents.yaml", cdtarget_yaml(TARGET, "10.1.2.3"))], "add agents");
+    // The push has landed: from here on is what the webhook receiver's caller would wait for.
+    let pushed = Instant::now();
+    assert!(
+        cluster.api::<CDTarget>(TENANT).get_opt(TARGET).await.unwrap().is_none(),
+        "the controller is idle until triggered"
+    );
+    cluster.trigger.fire(PLATFORM, REPO).expect("controller running");
+    cluster
+        .until("the CDTarget applied", || async {
+            cluster.api::<CDTarget>(TENANT).get_opt(TARGET).await.unwrap().filter(|t| t.spec.ip == ["10.1.2.3"])
+        })
+        .await;
+    let cdtarget_applied = pushed.elapsed();
+    // Stand-in for the CDTarget watch's Added event of the object the TenantRepository reconcile
+    // just applied.
+    cluster.relay_target().await;
+    cluster.until("the four children", || async { cluster.children_present().await.then_some(()) }).await;
+    let children_applied = pushed.elapsed();
+    eprintln!(
+        "e2e latency: push -> CDTarget applied {} ms, push -> four children applied {} ms",
+        cdtarget_applied.as_millis(),
+        children_applied.as_millis()
+    );
+
+    cluster.target_reconciles.next_ok("CDTarget Added event").await;
+    cluster.repo_reconciles.next_ok("trigger").await;
+    let status = cluster.registration().await.status.expect("status");
+    assert_eq!(status.last_applied_revision.as_deref(), Some(second.as_str()), "{status:#?}");
+    assert_eq!(status.inventory.len(), 2, "{status:#?}");
+    let target = cluster.api::<CDTarget>(TENANT).get(TARGET).await.unwrap();
+    let target_status = target.status.as_ref().expect("CDTarget status");
+    assert!(is_true(&target_status.conditions, READY), "{target_status:#?}");
+    let uid = target.metadata.uid.clone().expect("uid");
+    let deployment = cluster.api::<Deployment>(TENANT).get(TARGET).await.unwrap();
+    let owner = &deployment.metadata.owner_references.as_ref().expect("owner references")[0];
+    assert_eq!((owner.uid.as_str(), owner.controller), (uid.as_str(), Some(true)));
+
+    // Stand-in for the Modified events of both status writes; nothing changes after them.
+    cluster.relay_registration().await;
+    cluster.repo_reconciles.next_ok("TenantRepository status Modified event").await;
+    cluster.relay_target().await;
+    cluster.target_reconciles.next_ok("CDTarget status Modified event").await;
+    let before = cluster.applied().await;
+    cluster.clear_writes();
+
+    // A broken push: the CDTarget's ip is not an address.
+    let broken = repo.commit_and_push(&[("deploy/agents.yaml", cdtarget_yaml(TARGET, "999.1.2.3"))], "break agents");
+    cluster.trigger.fire(PLATFORM, REPO).expect("controller running");
+    let status = cluster
+        .until("the registration Stalled", || async {
+            let status = cluster.registration().await.status?;
+            (status.last_fetched_revision.as_deref() == Some(broken.as_str()) && is_true(&status.conditions, STALLED))
+                .then_some(status)
+        })
+        .await;
+    cluster.repo_reconciles.next_ok("trigger after the broken push").await;
+
+    let stalled = status.conditions.iter().find(|c| c.type_ == STALLED).unwrap();
+    assert_eq!(stalled.reason, REASON_VALIDATION_FAILED);
+    let applied = status.conditions.iter().find(|c| c.type_ == APPLIED).unwrap();
+    assert_eq!((applied.status.as_str(), applied.reason.as_str()), ("False", REASON_VALIDATION_FAILED));
+    assert!(applied.message.contains("agents.yaml"), "the file is named: {}", applied.message);
+    assert!(applied.message.contains("spec.ip[0]"), "the field is named: {}", applied.message);
+    assert_eq!(status.last_applied_revision.as_deref(), Some(second.as_str()), "{status:#?}");
+    assert_eq!(status.inventory.len(), 2, "the inventory is kept: {status:#?}");
+
+    assert_eq!(cluster.writes(), [format!("status {PLATFORM}/{REPO}")], "only the status is written");
+    let after = cluster.applied().await;
+    for (kind, object) in &before {
+        assert_eq!(&after[kind], object, "{kind} untouched by the broken push");
+    }
+    cluster.shut_down().await;
+}
