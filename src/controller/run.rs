@@ -36,8 +36,8 @@ pub const API_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Flags of `cdtarget controller`; every flag has an environment-variable equivalent.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
-    /// Namespace the controller runs in: it holds the policy ConfigMap and the leader-election
-    /// Lease.
+    /// Namespace the controller runs in (the platform namespace): it holds the TenantRepositories
+    /// (registrations elsewhere are ignored), the policy ConfigMap and the leader-election Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "cdtarget-system")]
     pub namespace: String,
     /// Name of the platform policy ConfigMap in the controller's namespace (key `policy.yaml`).
@@ -341,7 +341,7 @@ async fn reconcile_until_stopped(
 
     // The webhook receiver will hold a clone of this trigger.
     let (trigger, triggered) = Trigger::new();
-    let repositories = tenant_repository_controller(&client, shard.clone(), triggered)
+    let repositories = tenant_repository_controller(&client, &args.namespace, shard.clone(), triggered)
         .with_config(controller_config.clone())
         .graceful_shutdown_on(shutdown_future(stop.clone()));
     let targets = cdtarget_controller(&client, shard, &args.namespace, &args.policy_configmap, keda)
@@ -457,15 +457,19 @@ impl Trigger {
     }
 }
 
-/// The TenantRepository controller: watches the (sharded) registrations, reconciles on every
-/// change (including the `cdtarget.io/requestedAt` annotation: any change of the object is seen)
-/// and on `triggers`.
+/// The TenantRepository controller: watches the (sharded) registrations in the platform
+/// namespace, reconciles on every change (including the `cdtarget.io/requestedAt` annotation:
+/// any change of the object is seen) and on `triggers`. Registrations elsewhere are ignored: a
+/// registration chooses which ServiceAccount the controller impersonates, so only the platform
+/// namespace may hold them.
 pub fn tenant_repository_controller(
     client: &Client,
+    platform_namespace: &str,
     shard: watcher::Config,
     triggers: impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static,
 ) -> Controller<TenantRepository> {
-    Controller::new(Api::<TenantRepository>::all(client.clone()), shard).reconcile_on(triggers)
+    Controller::new(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard)
+        .reconcile_on(triggers)
 }
 
 // === CDTarget ===
