@@ -321,7 +321,9 @@ async fn reconcile_until_stopped(
     let git_timeout = Duration::from_secs(args.git_timeout.max(1));
     source::set_io_timeout(git_timeout);
     let limits = source::Limits { timeout: git_timeout, ..source::Limits::default() };
-    let fetcher = Fetcher::new(&args.cache_dir, limits, args.fetch_concurrency);
+    let fetch_metrics = state.clone();
+    let fetcher = Fetcher::new(&args.cache_dir, limits, args.fetch_concurrency)
+        .with_observer(Arc::new(move |result, duration| fetch_metrics.metrics.observe_fetch(result, duration)));
 
     let repo_ctx = Arc::new(tenant_repository::Context::new(
         client.clone(),

@@ -213,19 +213,41 @@ pub fn fetch_blocking(
     git::fetch(cache, request, limits, progress)
 }
 
+/// Told the outcome of every fetch (`updated`, `unchanged`, or the failure's reason) and how long
+/// it took, for metrics.
+pub type FetchObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+
 /// Fetches for many registrations with bounded concurrency, keeping the blocking git2 work off
 /// the async runtime.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Fetcher {
     cache_root: PathBuf,
     limits: Limits,
     permits: Arc<Semaphore>,
+    observer: Option<FetchObserver>,
+}
+
+impl fmt::Debug for Fetcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fetcher").field("cache_root", &self.cache_root).field("limits", &self.limits).finish()
+    }
 }
 
 impl Fetcher {
     /// A fetcher caching under `cache_root`, running at most `concurrency` fetches at once.
     pub fn new(cache_root: impl Into<PathBuf>, limits: Limits, concurrency: usize) -> Self {
-        Fetcher { cache_root: cache_root.into(), limits, permits: Arc::new(Semaphore::new(concurrency.max(1))) }
+        Fetcher {
+            cache_root: cache_root.into(),
+            limits,
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            observer: None,
+        }
+    }
+
+    /// Reports every fetch's outcome and duration to `observer`.
+    pub fn with_observer(mut self, observer: FetchObserver) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The cache directory of registration `key` (e.g. `namespace/name`).
@@ -241,9 +263,23 @@ impl Fetcher {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         let cache = self.cache_dir(key);
         let limits = self.limits;
-        tokio::task::spawn_blocking(move || fetch_blocking(&cache, &request, &limits, None))
+        let started = std::time::Instant::now();
+        let result = tokio::task::spawn_blocking(move || fetch_blocking(&cache, &request, &limits, None))
             .await
-            .unwrap_or_else(|e| Err(SourceError::new(FailureKind::Other, format!("the fetch task failed: {e}"))))
+            .unwrap_or_else(|e| Err(SourceError::new(FailureKind::Other, format!("the fetch task failed: {e}"))));
+        if let Some(observer) = &self.observer {
+            observer(outcome_label(&result), started.elapsed());
+        }
+        result
+    }
+}
+
+/// The metric label of a fetch's outcome.
+pub fn outcome_label(result: &Result<Fetched, SourceError>) -> &'static str {
+    match result {
+        Ok(Fetched::Unchanged(_)) => "unchanged",
+        Ok(Fetched::Updated(_)) => "updated",
+        Err(e) => e.kind.reason(),
     }
 }
 

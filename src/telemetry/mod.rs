@@ -40,7 +40,14 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
     result.map_err(|e| format!("installing the logger: {e}"))
 }
 
-/// Labels of the reconcile metrics.
+/// Labels of the Git fetch histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FetchLabels {
+    /// `updated`, `unchanged` (a no-op poll) or the failure reason (`AuthenticationFailed`, ...).
+    pub result: String,
+}
+
+/// Labels of the reconcile duration histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     /// `TenantRepository` or `CDTarget`.
@@ -59,6 +66,8 @@ pub struct ResultLabels {
 /// The controller's metrics.
 pub struct Metrics {
     registry: Registry,
+    /// Wall time of one Git fetch (a no-op poll included), per outcome.
+    pub git_fetch_duration: Family<FetchLabels, Histogram>,
     /// Wall time of one reconcile, per kind.
     pub reconcile_duration: Family<KindLabels, Histogram>,
     /// Reconciles per kind and result.
@@ -79,7 +88,16 @@ impl Default for Metrics {
             reconcile_duration.clone(),
         );
         registry.register("reconciles", "Reconciles per kind and result", reconciles.clone());
-        Metrics { registry, reconcile_duration, reconciles }
+        let git_fetch_duration = Family::<FetchLabels, Histogram>::new_with_constructor(|| {
+            // 1 ms .. ~33 s
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        registry.register(
+            "git_fetch_duration_seconds",
+            "Wall time of one Git fetch per result (updated, unchanged = no-op poll, or the failure reason)",
+            git_fetch_duration.clone(),
+        );
+        Metrics { registry, git_fetch_duration, reconcile_duration, reconciles }
     }
 }
 
@@ -87,6 +105,13 @@ impl Metrics {
     /// Starts timing a reconcile of `kind`; the guard records the duration when dropped.
     pub fn time_reconcile(&self, kind: &str) -> ReconcileTimer<'_> {
         ReconcileTimer { metrics: self, kind: kind.to_owned(), start: Instant::now() }
+    }
+
+    /// Records one Git fetch ending in `result` (`updated`, `unchanged` or a failure reason).
+    pub fn observe_fetch(&self, result: &str, duration: std::time::Duration) {
+        self.git_fetch_duration
+            .get_or_create(&FetchLabels { result: result.to_owned() })
+            .observe(duration.as_secs_f64());
     }
 
     /// Counts one reconcile of `kind` ending in `result`.
@@ -205,5 +230,19 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("cdtarget_reconcile_duration_seconds_count{kind=\"CDTarget\"} 1"), "{text}");
         assert!(text.contains("cdtarget_reconciles_total{kind=\"CDTarget\",result=\"success\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn metrics_expose_git_fetches_per_result_including_no_op_polls() {
+        let metrics = Metrics::default();
+        metrics.observe_fetch("unchanged", std::time::Duration::from_millis(3));
+        metrics.observe_fetch("unchanged", std::time::Duration::from_millis(4));
+        metrics.observe_fetch("AuthenticationFailed", std::time::Duration::from_millis(9));
+        let text = metrics.encode();
+        assert!(text.contains("cdtarget_git_fetch_duration_seconds_count{result=\"unchanged\"} 2"), "{text}");
+        assert!(
+            text.contains("cdtarget_git_fetch_duration_seconds_count{result=\"AuthenticationFailed\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -137,7 +137,10 @@ fn fetcher_runs_many_registrations_concurrently_off_the_runtime() {
         names.iter().map(|n| upstream.create(n).commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first")).collect();
     let cache = common::test_dir();
     super::setup();
-    let fetcher = cdtarget::source::Fetcher::new(cache.path(), limits(), 2);
+    let outcomes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = outcomes.clone();
+    let fetcher = cdtarget::source::Fetcher::new(cache.path(), limits(), 2)
+        .with_observer(std::sync::Arc::new(move |result, _| seen.lock().unwrap().push(result.to_owned())));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let results = runtime.block_on(async {
         let fetches = names.iter().map(|name| {
@@ -150,6 +153,12 @@ fn fetcher_runs_many_registrations_concurrently_off_the_runtime() {
     for (result, sha) in results.into_iter().zip(shas) {
         assert_eq!(result.unwrap().snapshot().revision, sha);
     }
+    // A second pass is all no-op polls, and the observer (metrics) is told so.
+    let request = request(&daemon.url(&names[0]), Credentials::None);
+    runtime.block_on(fetcher.fetch(&format!("platform/{}", names[0]), request)).unwrap();
+    let outcomes = outcomes.lock().unwrap().clone();
+    assert_eq!(outcomes.iter().filter(|o| *o == "updated").count(), names.len());
+    assert_eq!(outcomes.last().map(String::as_str), Some("unchanged"));
 }
 
 /// Awaits every future (a current-thread runtime polls them concurrently).
