@@ -44,13 +44,7 @@ pub const REASON_API_ERROR: &str = "ApiError";
 
 /// Resync of a CDTarget whose children are in place (drift repair).
 pub const RESYNC: Duration = Duration::from_secs(10 * 60);
-/// Retry of a CDTarget waiting for a Secret (the Secret watch usually comes first).
-pub const WAIT_RETRY: Duration = Duration::from_secs(30);
-/// Resync of a stalled CDTarget: only a change of the spec or the policy helps, and those
-/// changes trigger a reconcile through the watches; this is a safety net.
-pub const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
-/// Back-off after a transient error.
-pub const TRANSIENT_RETRY: Duration = Duration::from_secs(15);
+pub use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
 
 /// What the CDTarget reconciler needs.
 #[derive(Clone)]

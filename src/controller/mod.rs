@@ -1,10 +1,20 @@
-//! The controller: the TenantRepository and CDTarget reconcilers (being built; see the issue
-//! notes). What is here is the pure part they share.
+//! The controller: the TenantRepository and CDTarget reconcilers (`tenant_repository`,
+//! `cdtarget`), the process that runs them (`run`), and what they share.
 
 pub mod cdtarget;
 pub mod conditions;
 pub mod run;
 pub mod tenant_repository;
+
+use std::time::Duration;
+
+/// Retry of an object waiting for something to appear (a Secret); its watch usually comes first.
+pub const WAIT_RETRY: Duration = Duration::from_secs(30);
+/// Resync of a stalled object: only a change of its spec (or of what it references) helps; this
+/// is a safety net.
+pub const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
+/// Back-off after a transient error.
+pub const TRANSIENT_RETRY: Duration = Duration::from_secs(15);
 
 /// Reads the cluster admin's policy ConfigMap: absent means the documented defaults; present
 /// but unreadable gives its problems (the caller reports them and changes nothing).

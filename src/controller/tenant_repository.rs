@@ -56,13 +56,7 @@ pub const REASON_SUSPENDED: &str = "Suspended";
 
 /// The poll interval when `spec.interval` is not set.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
-/// Retry of a registration waiting for its Secret.
-pub const WAIT_RETRY: Duration = Duration::from_secs(30);
-/// Resync of a registration whose source is stalled: only a change of the registration or its
-/// Secret helps; this is a safety net.
-pub const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
-/// Back-off after a transient error.
-pub const TRANSIENT_RETRY: Duration = Duration::from_secs(15);
+pub use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
 
 /// What the TenantRepository reconciler needs.
 #[derive(Clone)]
