@@ -57,6 +57,8 @@ pub struct Context {
     pub policy_name: String,
     /// Whether the KEDA CRDs (`ScaledObject`, `TriggerAuthentication`) exist in the cluster.
     pub keda: bool,
+    /// Records Events on state changes (none in tests that do not look at them).
+    pub recorder: Option<kube::runtime::events::Recorder>,
 }
 
 // === impl Error ===
@@ -288,7 +290,10 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
     };
     let rendered = if result.is_ok() { plan.rendered } else { target.status.as_ref().and_then(|s| s.rendered.clone()) };
     let status = next_status(&target, &health, rendered, &Time(Timestamp::now()));
+    let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let transition = super::events::transition(previous, &status.conditions);
     write_status(&ctx.client, &namespace, &target, status).await?;
+    super::events::publish(ctx.recorder.as_ref(), target.as_ref(), transition).await;
     result?;
     Ok(Action::requeue(requeue))
 }

@@ -3,6 +3,7 @@
 
 pub mod cdtarget;
 pub mod conditions;
+pub mod events;
 pub mod run;
 pub mod tenant_repository;
 

@@ -325,18 +325,21 @@ async fn reconcile_until_stopped(
     let fetcher = Fetcher::new(&args.cache_dir, limits, args.fetch_concurrency)
         .with_observer(Arc::new(move |result, duration| fetch_metrics.metrics.observe_fetch(result, duration)));
 
-    let repo_ctx = Arc::new(tenant_repository::Context::new(
+    let instance = args.identity.clone().or_else(host_name);
+    let recorder = kube::runtime::events::Recorder::new(
         client.clone(),
-        config,
-        fetcher,
-        &args.namespace,
-        &args.policy_configmap,
-    ));
+        kube::runtime::events::Reporter { controller: "cdtarget".into(), instance },
+    );
+    let repo_ctx = Arc::new(
+        tenant_repository::Context::new(client.clone(), config, fetcher, &args.namespace, &args.policy_configmap)
+            .with_recorder(recorder.clone()),
+    );
     let target_ctx = Arc::new(cdtarget::Context {
         client: client.clone(),
         policy_namespace: args.namespace.clone(),
         policy_name: args.policy_configmap.clone(),
         keda,
+        recorder: Some(recorder),
     });
     let shard = shard_config(args.shard_selector.as_deref());
     let controller_config = controller::Config::default().concurrency(args.reconcile_concurrency);

@@ -73,6 +73,8 @@ pub struct Context {
     pub policy_name: String,
     /// Bounds on the YAML read from a repository.
     pub manifest_limits: manifests::Limits,
+    /// Records Events on state changes (none in tests that do not look at them).
+    pub recorder: Option<kube::runtime::events::Recorder>,
 }
 
 impl Context {
@@ -91,7 +93,14 @@ impl Context {
             policy_namespace: policy_namespace.to_owned(),
             policy_name: policy_name.to_owned(),
             manifest_limits: manifests::Limits::default(),
+            recorder: None,
         }
+    }
+
+    /// Records Events through `recorder`.
+    pub fn with_recorder(mut self, recorder: kube::runtime::events::Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 }
 
@@ -619,7 +628,10 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
     }
 
     let status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
+    let previous = repo.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let transition = super::events::transition(previous, &status.conditions);
     write_status(&ctx.client, &namespace, &repo, status).await?;
+    super::events::publish(ctx.recorder.as_ref(), repo.as_ref(), transition).await;
     if let Some(e) = failure {
         return Err(e.into());
     }

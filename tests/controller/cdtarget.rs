@@ -309,3 +309,28 @@ async fn fixing_the_spec_after_a_stall_brings_ready_back() {
     assert_eq!(status.observed_generation, stored.metadata.generation);
     assert_eq!(deployment(&cluster).await.namespace().as_deref(), Some(NAMESPACE));
 }
+
+#[tokio::test]
+async fn an_event_is_recorded_when_ready_changes_and_not_on_a_resync() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::runtime::events::{Recorder, Reporter};
+
+    let cluster = cluster_with_target(true).await;
+    let reporter = Reporter { controller: "cdtarget".into(), instance: Some("test".into()) };
+    let mut context = (*cluster.context()).clone();
+    context.recorder = Some(Recorder::new(cluster.client.clone(), reporter));
+    let context = std::sync::Arc::new(context);
+    let reconcile = || async {
+        let target = cluster.target().await;
+        cdtarget::controller::cdtarget::reconcile(std::sync::Arc::new(target), context.clone()).await.unwrap()
+    };
+    let events = || async {
+        let list = cluster.api::<Event>().list(&Default::default()).await.expect("list Events");
+        list.items.into_iter().map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default())).collect::<Vec<_>>()
+    };
+
+    reconcile().await;
+    assert_eq!(events().await, [("Normal".to_owned(), "Applied".to_owned())]);
+    reconcile().await;
+    assert_eq!(events().await.len(), 1, "a resync with the same outcome records nothing");
+}

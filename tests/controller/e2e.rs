@@ -170,6 +170,8 @@ impl Cluster {
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),
             manifest_limits: manifests::Limits::default(),
+            // Events are covered in tests/controller/cdtarget.rs; here every request is counted.
+            recorder: None,
         });
         // KEDA's kinds are registered in the fake, as the discovery in `run` would find them.
         let target_ctx = Arc::new(cdtarget_reconciler::Context {
@@ -177,6 +179,7 @@ impl Cluster {
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),
             keda: true,
+            recorder: None,
         });
         let (registrations, registration_events) = mpsc::unbounded();
         let (targets, target_events) = mpsc::unbounded();

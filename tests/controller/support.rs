@@ -83,6 +83,7 @@ impl Cluster {
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),
             keda: self.keda,
+            recorder: None,
         })
     }
 

@@ -101,6 +101,7 @@ impl Fixture {
             policy_namespace: PLATFORM.into(),
             policy_name: "cdtarget-policy".into(),
             manifest_limits: manifests::Limits::default(),
+            recorder: None,
         })
     }
 

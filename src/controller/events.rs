@@ -1,0 +1,90 @@
+//! Kubernetes Events on state changes: one Event when an object's `Ready` condition changes its
+//! status or reason, none while it stays the same (a resync never floods the namespace).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder};
+
+use super::conditions::READY;
+
+/// Events carry at most 1 kB of note.
+const MAX_NOTE: usize = 1000;
+
+/// The Event a change of `Ready` calls for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// `Warning` unless the object became (or stays, with a new reason) ready.
+    pub warning: bool,
+    /// The new `Ready` reason, e.g. `Applied` or `ValidationFailed`.
+    pub reason: String,
+    /// The new `Ready` message, shortened to fit an Event.
+    pub note: String,
+}
+
+/// The Event for the change from `previous` to `next` conditions, if `Ready` changed.
+pub fn transition(previous: &[Condition], next: &[Condition]) -> Option<Transition> {
+    let ready = |conditions: &[Condition]| conditions.iter().find(|c| c.type_ == READY).cloned();
+    let now = ready(next)?;
+    if ready(previous).is_some_and(|before| before.status == now.status && before.reason == now.reason) {
+        return None;
+    }
+    let mut note = now.message;
+    if note.len() > MAX_NOTE {
+        let mut end = MAX_NOTE;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push('…');
+    }
+    Some(Transition { warning: now.status != "True", reason: now.reason, note })
+}
+
+/// Records `transition` on `object`; a failure to record is logged, never fails the reconcile.
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: Option<&Recorder>,
+    object: &K,
+    transition: Option<Transition>,
+) {
+    let (Some(recorder), Some(transition)) = (recorder, transition) else { return };
+    let event = Event {
+        type_: if transition.warning { EventType::Warning } else { EventType::Normal },
+        reason: transition.reason,
+        note: Some(transition.note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::warn!(%error, "could not record an Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn ready(status: &str, reason: &str) -> Vec<Condition> {
+        vec![Condition {
+            type_: READY.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "m".repeat(2000),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }]
+    }
+
+    #[test]
+    fn a_change_of_status_or_reason_is_an_event_and_a_resync_is_not() {
+        assert!(transition(&ready("True", "Applied"), &ready("True", "Applied")).is_none());
+        let stalled = transition(&ready("True", "Applied"), &ready("False", "ValidationFailed")).unwrap();
+        assert!(stalled.warning);
+        assert_eq!(stalled.reason, "ValidationFailed");
+        assert!(stalled.note.len() <= MAX_NOTE + '…'.len_utf8());
+        let first = transition(&[], &ready("True", "Applied")).unwrap();
+        assert!(!first.warning);
+    }
+}
