@@ -464,17 +464,46 @@ impl Trigger {
 
 /// The TenantRepository controller: watches the (sharded) registrations in the platform
 /// namespace, reconciles on every change (including the `cdtarget.io/requestedAt` annotation:
-/// any change of the object is seen) and on `triggers`. Registrations elsewhere are ignored: a
-/// registration chooses which ServiceAccount the controller impersonates, so only the platform
-/// namespace may hold them.
+/// any change of the object is seen), on a change of a Secret a registration references (fixed
+/// credentials are used at once, not at the next resync), and on `triggers`. Registrations
+/// elsewhere are ignored: a registration chooses which ServiceAccount the controller
+/// impersonates, so only the platform namespace may hold them.
 pub fn tenant_repository_controller(
     client: &Client,
     platform_namespace: &str,
     shard: watcher::Config,
     triggers: impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static,
 ) -> Controller<TenantRepository> {
-    Controller::new(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard)
+    let controller = Controller::new(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard);
+    let store = controller.store();
+    // Metadata only: Secret values never enter the controller's caches.
+    let secrets = Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), platform_namespace);
+    let secrets = watcher(secrets, watcher::Config::default()).default_backoff().touched_objects();
+    controller
+        .watches_stream(secrets, move |secret| {
+            let namespace = secret.namespace().unwrap_or_default();
+            registrations_referencing_secret(&namespace, &secret.name_any(), store.state())
+        })
         .reconcile_on(triggers)
+}
+
+/// The registrations that read Secret `namespace/name`: their Git credentials or their webhook
+/// token.
+pub fn registrations_referencing_secret(
+    namespace: &str,
+    name: &str,
+    registrations: impl IntoIterator<Item = Arc<TenantRepository>>,
+) -> Vec<ObjectRef<TenantRepository>> {
+    registrations
+        .into_iter()
+        .filter(|repo| repo.namespace().as_deref() == Some(namespace))
+        .filter(|repo| {
+            let credentials = repo.spec.secret_ref.as_ref().map(|s| s.name.as_str());
+            let webhook = repo.spec.webhook.as_ref().map(|w| w.secret_ref.name.as_str());
+            credentials == Some(name) || webhook == Some(name)
+        })
+        .map(|repo| ObjectRef::from_obj(repo.as_ref()))
+        .collect()
 }
 
 // === CDTarget ===
@@ -610,6 +639,39 @@ mod tests {
 
     fn names(refs: Vec<ObjectRef<CDTarget>>) -> Vec<String> {
         refs.iter().map(|r| format!("{}/{}", r.namespace.as_deref().unwrap_or(""), r.name)).collect()
+    }
+
+    fn registration(
+        namespace: &str,
+        name: &str,
+        credentials: Option<&str>,
+        webhook: Option<&str>,
+    ) -> Arc<TenantRepository> {
+        use crate::api::tenant_repository::{LocalSecretReference, TenantRepositorySpec, WebhookSpec};
+        let secret = |name: &str| LocalSecretReference { name: name.into() };
+        let spec = TenantRepositorySpec {
+            secret_ref: credentials.map(secret),
+            webhook: webhook.map(|w| WebhookSpec { secret_ref: secret(w), ..WebhookSpec::default() }),
+            ..TenantRepositorySpec::default()
+        };
+        let mut repo = TenantRepository::new(name, spec);
+        repo.metadata.namespace = Some(namespace.into());
+        Arc::new(repo)
+    }
+
+    #[test]
+    fn a_secret_maps_to_every_registration_reading_it_for_git_or_the_webhook() {
+        let registrations = vec![
+            registration("cdtarget-system", "by-credentials", Some("shared"), None),
+            registration("cdtarget-system", "by-webhook", Some("other"), Some("shared")),
+            registration("cdtarget-system", "unrelated", Some("other"), Some("hook")),
+            registration("elsewhere", "same-name-elsewhere", Some("shared"), None),
+        ];
+        let found: Vec<String> = registrations_referencing_secret("cdtarget-system", "shared", registrations)
+            .iter()
+            .map(|r| format!("{}/{}", r.namespace.as_deref().unwrap_or(""), r.name))
+            .collect();
+        assert_eq!(found, ["cdtarget-system/by-credentials", "cdtarget-system/by-webhook"]);
     }
 
     #[test]
