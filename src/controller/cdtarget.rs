@@ -286,6 +286,10 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
     };
     let (health, requeue) = match &result {
         Ok(()) => (plan.health.clone(), plan.requeue),
+        // The condition tells the same story as the requeue `error_policy` will pick.
+        Err(e) if e.class() == ErrorClass::Stalled => {
+            (Health::Stalled { reason: REASON_API_ERROR.into(), message: e.to_string() }, STALLED_RESYNC)
+        }
         Err(e) => (Health::Progressing { reason: REASON_API_ERROR.into(), message: e.to_string() }, TRANSIENT_RETRY),
     };
     let rendered = if result.is_ok() { plan.rendered } else { target.status.as_ref().and_then(|s| s.rendered.clone()) };

@@ -334,3 +334,19 @@ async fn an_event_is_recorded_when_ready_changes_and_not_on_a_resync() {
     reconcile().await;
     assert_eq!(events().await.len(), 1, "a resync with the same outcome records nothing");
 }
+
+#[tokio::test]
+async fn a_child_refused_as_invalid_stalls_instead_of_retrying_quickly() {
+    let cluster = Cluster::rejecting(true, "Deployment").await;
+    cluster.put_secret(TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
+    cluster.create_target(&target()).await;
+    let error =
+        cdtarget::controller::cdtarget::reconcile(std::sync::Arc::new(cluster.target().await), cluster.context())
+            .await
+            .expect_err("the refused apply is an error");
+    assert_eq!(error.class(), cdtarget::controller::cdtarget::ErrorClass::Stalled);
+    let status = status(&cluster.target().await);
+    assert_eq!(condition(&status, STALLED).reason, "ApiError");
+    assert!(condition(&status, READY).message.contains("Deployment"), "{status:#?}");
+    assert!(!is_true(&status.conditions, RECONCILING));
+}

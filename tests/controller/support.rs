@@ -46,6 +46,15 @@ fn describe(verb: &str, object: &Value, namespace: &str, name: &str) -> String {
 impl Cluster {
     /// An empty cluster; `keda` says whether the KEDA CRDs are installed.
     pub async fn new(keda: bool) -> Cluster {
+        Cluster::build(keda, None).await
+    }
+
+    /// An empty cluster whose API server refuses every apply of `kind` as invalid (422).
+    pub async fn rejecting(keda: bool, kind: &'static str) -> Cluster {
+        Cluster::build(keda, Some(kind)).await
+    }
+
+    async fn build(keda: bool, rejected_kind: Option<&'static str>) -> Cluster {
         // kube-fake-client enables kube's default (ring) TLS features: pick one provider.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes = Writes::default();
@@ -59,6 +68,10 @@ impl Cluster {
             })
             .patch(move |ctx| {
                 on_patch.lock().unwrap().push(describe("patch", ctx.patch, ctx.namespace, ctx.name));
+                let kind = ctx.patch.get("kind").and_then(Value::as_str);
+                if rejected_kind.is_some() && kind == rejected_kind {
+                    return Err(kube_fake_client::Error::InvalidRequest("spec.template: Invalid value".into()));
+                }
                 Ok(None)
             })
             .patch_status(move |ctx| {
