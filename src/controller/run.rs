@@ -325,6 +325,7 @@ async fn reconcile_until_stopped(
     let fetcher = Fetcher::new(&args.cache_dir, limits, args.fetch_concurrency)
         .with_observer(Arc::new(move |result, duration| fetch_metrics.metrics.observe_fetch(result, duration)));
 
+    let apply_metrics = state.clone();
     let instance = args.identity.clone().or_else(host_name);
     let recorder = kube::runtime::events::Recorder::new(
         client.clone(),
@@ -332,7 +333,10 @@ async fn reconcile_until_stopped(
     );
     let repo_ctx = Arc::new(
         tenant_repository::Context::new(client.clone(), config, fetcher, &args.namespace, &args.policy_configmap)
-            .with_recorder(recorder.clone()),
+            .with_recorder(recorder.clone())
+            .with_observer(Arc::new(move |report: &tenant_repository::ApplyReport| {
+                apply_metrics.metrics.observe_apply(&report.registration, report.applied, report.pruned, report.managed)
+            })),
     );
     let target_ctx = Arc::new(cdtarget::Context {
         client: client.clone(),

@@ -75,7 +75,25 @@ pub struct Context {
     pub manifest_limits: manifests::Limits,
     /// Records Events on state changes (none in tests that do not look at them).
     pub recorder: Option<kube::runtime::events::Recorder>,
+    /// Told what a reconcile did, for metrics.
+    pub observer: Option<ApplyObserver>,
 }
+
+/// What one reconcile did to the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// `namespace/name` of the registration.
+    pub registration: String,
+    /// Objects server-side applied (0 on a no-op cycle).
+    pub applied: usize,
+    /// Objects deleted because they left Git.
+    pub pruned: usize,
+    /// Objects in the inventory afterwards.
+    pub managed: usize,
+}
+
+/// Receives an [`ApplyReport`] after every reconcile that wrote status or changed nothing.
+pub type ApplyObserver = Arc<dyn Fn(&ApplyReport) + Send + Sync>;
 
 impl Context {
     /// A context whose tenant clients impersonate through the controller's `config`.
@@ -94,7 +112,14 @@ impl Context {
             policy_name: policy_name.to_owned(),
             manifest_limits: manifests::Limits::default(),
             recorder: None,
+            observer: None,
         }
+    }
+
+    /// Reports what every reconcile did to `observer`.
+    pub fn with_observer(mut self, observer: ApplyObserver) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Records Events through `recorder`.
@@ -608,6 +633,7 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
     let mut plan = plan(&repo, observed, jitter(&repo.spec));
 
     let mut failure = None;
+    let mut report = ApplyReport { registration: format!("{namespace}/{name}"), ..ApplyReport::default() };
     if plan.apply.is_some() || !plan.prune.is_empty() {
         let user = server_side::service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
         let tenant = (ctx.client_for)(&user).map_err(|source| Error::Impersonate { user: user.clone(), source })?;
@@ -618,6 +644,9 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
             plan = plan.apply_failed(&repo, format!("{e} (as {user})"), class);
             failure = Some(e);
         }
+        if failure.is_none() {
+            report.applied = plan.apply.as_ref().map_or(0, Vec::len);
+        }
         if failure.is_none()
             && let Err(e) = server_side::delete_all(&tenant, &plan.prune).await
         {
@@ -625,13 +654,20 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
             plan = plan.prune_failed(format!("{e} (as {user})"), class);
             failure = Some(e);
         }
+        if failure.is_none() {
+            report.pruned = plan.prune.len();
+        }
     }
 
     let status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
+    report.managed = status.inventory.len();
     let previous = repo.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let transition = super::events::transition(previous, &status.conditions);
     write_status(&ctx.client, &namespace, &repo, status).await?;
     super::events::publish(ctx.recorder.as_ref(), repo.as_ref(), transition).await;
+    if let Some(observer) = &ctx.observer {
+        observer(&report);
+    }
     if let Some(e) = failure {
         return Err(e.into());
     }

@@ -16,6 +16,7 @@ use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -38,6 +39,13 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     result.map_err(|e| format!("installing the logger: {e}"))
+}
+
+/// Labels of the per-registration gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistrationLabels {
+    /// `namespace/name` of the TenantRepository.
+    pub registration: String,
 }
 
 /// Labels of the Git fetch histogram.
@@ -68,6 +76,12 @@ pub struct Metrics {
     registry: Registry,
     /// Wall time of one Git fetch (a no-op poll included), per outcome.
     pub git_fetch_duration: Family<FetchLabels, Histogram>,
+    /// Objects server-side applied from tenant repositories.
+    pub objects_applied: Counter,
+    /// Objects deleted because they left Git.
+    pub objects_pruned: Counter,
+    /// Objects in each registration's inventory.
+    pub managed_objects: Family<RegistrationLabels, Gauge>,
     /// Wall time of one reconcile, per kind.
     pub reconcile_duration: Family<KindLabels, Histogram>,
     /// Reconciles per kind and result.
@@ -97,7 +111,25 @@ impl Default for Metrics {
             "Wall time of one Git fetch per result (updated, unchanged = no-op poll, or the failure reason)",
             git_fetch_duration.clone(),
         );
-        Metrics { registry, git_fetch_duration, reconcile_duration, reconciles }
+        let objects_applied = Counter::default();
+        registry.register(
+            "objects_applied",
+            "Objects server-side applied from tenant repositories",
+            objects_applied.clone(),
+        );
+        let objects_pruned = Counter::default();
+        registry.register("objects_pruned", "Objects deleted because they left Git", objects_pruned.clone());
+        let managed_objects = Family::<RegistrationLabels, Gauge>::default();
+        registry.register("managed_objects", "Objects in each registration's inventory", managed_objects.clone());
+        Metrics {
+            registry,
+            git_fetch_duration,
+            objects_applied,
+            objects_pruned,
+            managed_objects,
+            reconcile_duration,
+            reconciles,
+        }
     }
 }
 
@@ -112,6 +144,14 @@ impl Metrics {
         self.git_fetch_duration
             .get_or_create(&FetchLabels { result: result.to_owned() })
             .observe(duration.as_secs_f64());
+    }
+
+    /// Records what one TenantRepository reconcile did.
+    pub fn observe_apply(&self, registration: &str, applied: usize, pruned: usize, managed: usize) {
+        self.objects_applied.inc_by(applied as u64);
+        self.objects_pruned.inc_by(pruned as u64);
+        let labels = RegistrationLabels { registration: registration.to_owned() };
+        self.managed_objects.get_or_create(&labels).set(i64::try_from(managed).unwrap_or(i64::MAX));
     }
 
     /// Counts one reconcile of `kind` ending in `result`.
@@ -244,5 +284,16 @@ mod tests {
             text.contains("cdtarget_git_fetch_duration_seconds_count{result=\"AuthenticationFailed\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn metrics_expose_applied_pruned_and_managed_objects() {
+        let metrics = Metrics::default();
+        metrics.observe_apply("cdtarget-system/team-a", 5, 0, 5);
+        metrics.observe_apply("cdtarget-system/team-a", 4, 1, 4);
+        let text = metrics.encode();
+        assert!(text.contains("cdtarget_objects_applied_total 9"), "{text}");
+        assert!(text.contains("cdtarget_objects_pruned_total 1"), "{text}");
+        assert!(text.contains("cdtarget_managed_objects{registration=\"cdtarget-system/team-a\"} 4"), "{text}");
     }
 }

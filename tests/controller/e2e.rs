@@ -172,6 +172,7 @@ impl Cluster {
             manifest_limits: manifests::Limits::default(),
             // Events are covered in tests/controller/cdtarget.rs; here every request is counted.
             recorder: None,
+            observer: None,
         });
         // KEDA's kinds are registered in the fake, as the discovery in `run` would find them.
         let target_ctx = Arc::new(cdtarget_reconciler::Context {

@@ -102,6 +102,7 @@ impl Fixture {
             policy_name: "cdtarget-policy".into(),
             manifest_limits: manifests::Limits::default(),
             recorder: None,
+            observer: None,
         })
     }
 
@@ -385,4 +386,31 @@ async fn a_missing_credentials_secret_waits_and_a_webhook_token_yields_the_path(
     fixture.put_platform_secret("git-creds", &[]).await;
     fixture.reconcile().await;
     assert!(fixture.config_map("ok").await.is_some());
+}
+
+#[tokio::test]
+async fn the_observer_is_told_what_each_reconcile_applied_pruned_and_manages() {
+    use cdtarget::controller::tenant_repository::ApplyReport;
+
+    let (fixture, _) = applied_once().await;
+    let reports: Arc<Mutex<Vec<ApplyReport>>> = Arc::default();
+    let seen = reports.clone();
+    let observed = |fixture: &Fixture| {
+        let seen = seen.clone();
+        let mut context = (*fixture.context()).clone();
+        context.observer = Some(Arc::new(move |report: &ApplyReport| seen.lock().unwrap().push(report.clone())));
+        Arc::new(context)
+    };
+
+    // Nothing changed: nothing applied, three objects managed.
+    reconcile(Arc::new(fixture.registration().await), observed(&fixture)).await.unwrap();
+    // A file left Git: the other objects are applied again and one is pruned.
+    fixture.repo.remove_file("deploy/extra.yaml", "drop extra");
+    fixture.repo.push("main");
+    reconcile(Arc::new(fixture.registration().await), observed(&fixture)).await.unwrap();
+
+    let reports = reports.lock().unwrap().clone();
+    let counts: Vec<(usize, usize, usize)> = reports.iter().map(|r| (r.applied, r.pruned, r.managed)).collect();
+    assert_eq!(counts, [(0, 0, 3), (2, 1, 2)]);
+    assert_eq!(reports[0].registration, format!("{PLATFORM}/{REPO}"));
 }
