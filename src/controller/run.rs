@@ -350,9 +350,10 @@ async fn reconcile_until_stopped(
 
     // The webhook receiver will hold a clone of this trigger.
     let (trigger, triggered) = Trigger::new();
-    let repositories = tenant_repository_controller(&client, &args.namespace, shard.clone(), triggered)
-        .with_config(controller_config.clone())
-        .graceful_shutdown_on(shutdown_future(stop.clone()));
+    let repositories =
+        tenant_repository_controller(&client, &args.namespace, &args.policy_configmap, shard.clone(), triggered)
+            .with_config(controller_config.clone())
+            .graceful_shutdown_on(shutdown_future(stop.clone()));
     let targets = cdtarget_controller(&client, shard, &args.namespace, &args.policy_configmap, keda)
         .with_config(controller_config)
         .graceful_shutdown_on(shutdown_future(stop.clone()));
@@ -469,12 +470,14 @@ impl Trigger {
 /// The TenantRepository controller: watches the (sharded) registrations in the platform
 /// namespace, reconciles on every change (including the `cdtarget.io/requestedAt` annotation:
 /// any change of the object is seen), on a change of a Secret a registration references (fixed
-/// credentials are used at once, not at the next resync), and on `triggers`. Registrations
+/// credentials are used at once, not at the next resync), on a change of the policy ConfigMap
+/// (every registration's documents are checked again), and on `triggers`. Registrations
 /// elsewhere are ignored: a registration chooses which ServiceAccount the controller
 /// impersonates, so only the platform namespace may hold them.
 pub fn tenant_repository_controller(
     client: &Client,
     platform_namespace: &str,
+    policy_name: &str,
     shard: watcher::Config,
     triggers: impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static,
 ) -> Controller<TenantRepository> {
@@ -483,10 +486,19 @@ pub fn tenant_repository_controller(
     // Metadata only: Secret values never enter the controller's caches.
     let secrets = Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), platform_namespace);
     let secrets = watcher(secrets, watcher::Config::default()).default_backoff().touched_objects();
+    let policy = watcher::Config::default().fields(&format!("metadata.name={policy_name}"));
+    let policy_maps =
+        watcher(Api::<PartialObjectMeta<ConfigMap>>::namespaced(client.clone(), platform_namespace), policy)
+            .default_backoff()
+            .touched_objects();
+    let secrets_store = store.clone();
     controller
         .watches_stream(secrets, move |secret| {
             let namespace = secret.namespace().unwrap_or_default();
-            registrations_referencing_secret(&namespace, &secret.name_any(), store.state())
+            registrations_referencing_secret(&namespace, &secret.name_any(), secrets_store.state())
+        })
+        .watches_stream(policy_maps, move |_config_map| {
+            store.state().iter().map(|repo| ObjectRef::from_obj(repo.as_ref())).collect::<Vec<_>>()
         })
         .reconcile_on(triggers)
 }
