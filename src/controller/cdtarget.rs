@@ -352,12 +352,16 @@ where
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let name = object.name_any();
+    let failed = |source| Error::Apply { kind: K::kind(&()).into_owned(), name: format!("{namespace}/{name}"), source };
+    // An unchanged cycle sends no write: the live object already holds every rendered field.
+    if let Some(live) = api.get_opt(&name).await.map_err(failed)? {
+        let desired = serde_json::to_value(object).unwrap_or_default();
+        if crate::apply::drift::live_matches(&desired, &serde_json::to_value(&live).unwrap_or_default()) {
+            return Ok(());
+        }
+    }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &params, &Patch::Apply(object)).await.map_err(|source| Error::Apply {
-        kind: K::kind(&()).into_owned(),
-        name: format!("{namespace}/{name}"),
-        source,
-    })?;
+    api.patch(&name, &params, &Patch::Apply(object)).await.map_err(failed)?;
     Ok(())
 }
 
