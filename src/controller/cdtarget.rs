@@ -20,7 +20,6 @@ use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use crate::api::keda::{ScaledObject, TriggerAuthentication};
 use crate::api::{CDTarget, CDTargetStatus, FIELD_MANAGER, RenderedSummary};
@@ -365,28 +364,16 @@ where
     Ok(())
 }
 
-/// Writes status with server-side apply; nothing is sent when it did not change.
+/// Writes status once, only when it changed.
 async fn write_status(
     client: &Client,
     namespace: &str,
     target: &CDTarget,
     status: CDTargetStatus,
 ) -> Result<(), Error> {
-    if target.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let name = target.name_any();
-    let api: Api<CDTarget> = Api::namespaced(client.clone(), namespace);
-    let patch = json!({
-        "apiVersion": CDTarget::api_version(&()),
-        "kind": CDTarget::kind(&()),
-        "status": status,
-    });
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch_status(&name, &params, &Patch::Apply(&patch))
+    super::write_status(client, namespace, target, target.status.as_ref(), &status)
         .await
-        .map_err(|source| Error::Status { name: format!("{namespace}/{name}"), source })?;
-    Ok(())
+        .map_err(|source| Error::Status { name: format!("{namespace}/{}", target.name_any()), source })
 }
 
 #[cfg(test)]

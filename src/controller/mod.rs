@@ -30,3 +30,33 @@ pub async fn read_policy(
         Some(config_map) => crate::policy::from_config_map(&serde_json::to_value(&config_map).unwrap_or_default()),
     })
 }
+
+/// Writes `status` of `object` with server-side apply (field manager `cdtarget`); nothing is sent
+/// when it equals `current`, so an unchanged cycle writes nothing.
+pub async fn write_status<K, S>(
+    client: &kube::Client,
+    namespace: &str,
+    object: &K,
+    current: Option<&S>,
+    status: &S,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if current == Some(status) {
+        return Ok(());
+    }
+    let api: kube::Api<K> = kube::Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    let params = kube::api::PatchParams::apply(crate::api::FIELD_MANAGER).force();
+    let name = object.meta().name.clone().unwrap_or_default();
+    api.patch_status(&name, &params, &kube::api::Patch::Apply(&patch)).await.map(|_| ())
+}

@@ -15,12 +15,11 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::{Client, Resource, ResourceExt};
-use serde_json::{Value, json};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
 
-use crate::api::FIELD_MANAGER;
 use crate::api::tenant_repository::{
     InventoryEntry, TenantRepository, TenantRepositorySpec, TenantRepositoryStatus, webhook_path,
 };
@@ -760,28 +759,16 @@ fn jitter(spec: &TenantRepositorySpec) -> Duration {
     interval.mul_f64(f64::from(nanos % 1000) / 10_000.0)
 }
 
-/// Writes status with server-side apply; nothing is sent when it did not change.
+/// Writes status once, only when it changed.
 async fn write_status(
     client: &Client,
     namespace: &str,
     repo: &TenantRepository,
     status: TenantRepositoryStatus,
 ) -> Result<(), Error> {
-    if repo.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let name = repo.name_any();
-    let api: Api<TenantRepository> = Api::namespaced(client.clone(), namespace);
-    let patch = json!({
-        "apiVersion": TenantRepository::api_version(&()),
-        "kind": TenantRepository::kind(&()),
-        "status": status,
-    });
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch_status(&name, &params, &Patch::Apply(&patch))
+    super::write_status(client, namespace, repo, repo.status.as_ref(), &status)
         .await
-        .map_err(|source| Error::Status { name: format!("{namespace}/{name}"), source })?;
-    Ok(())
+        .map_err(|source| Error::Status { name: format!("{namespace}/{}", repo.name_any()), source })
 }
 
 #[cfg(test)]
@@ -810,7 +797,7 @@ mod tests {
     }
 
     fn config_map(name: &str) -> ApplySet {
-        let value = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "team-a"}});
+        let value = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "team-a"}});
         let document =
             manifests::Document { file: "a.yaml".into(), index: 1, line: 1, content: Content::Object(value) };
         ApplySet { documents: vec![document] }
