@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use http::HeaderValue;
+use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::{Client, Config};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -18,31 +19,47 @@ pub fn service_account_user(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
 }
 
-/// The controller's `config`, impersonating `user` on every request (`Impersonate-User`). The
-/// API server adds the ServiceAccount's groups itself, so none are set here.
-pub fn impersonated_config(config: &Config, user: &str) -> Config {
-    let mut config = config.clone();
-    config.auth_info.impersonate = Some(user.to_owned());
-    config.auth_info.impersonate_groups = None;
-    config
-}
+/// The header carrying the impersonated user on every request of a tenant client.
+pub const IMPERSONATE_USER: &str = "impersonate-user";
+/// The header carrying impersonated groups; never sent, so the API server derives the
+/// ServiceAccount's groups itself (and a caller cannot add `system:masters`).
+pub const IMPERSONATE_GROUP: &str = "impersonate-group";
 
 /// Gives the client acting as a user (a tenant's ServiceAccount).
 pub type ClientFor = Arc<dyn Fn(&str) -> Result<Client, kube::Error> + Send + Sync>;
 
-/// Clients built from the controller's `config` with impersonation set, one per user, kept for
-/// reuse (each holds its own connection pool).
-pub fn impersonating(config: Config) -> ClientFor {
+/// Clients acting as a user through the controller's own `base` client: each sets
+/// `Impersonate-User` on its requests and sends them over `base`'s connections and credentials,
+/// so a thousand tenants share one connection pool instead of opening one each. Kept per user
+/// for reuse.
+pub fn impersonating(base: Client) -> ClientFor {
     let clients: Mutex<BTreeMap<String, Client>> = Mutex::default();
     Arc::new(move |user: &str| {
         let mut clients = clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(client) = clients.get(user) {
             return Ok(client.clone());
         }
-        let client = Client::try_from(impersonated_config(&config, user))?;
+        let client = impersonating_client(&base, user)?;
         clients.insert(user.to_owned(), client.clone());
         Ok(client)
     })
+}
+
+/// One client sending every request of `base` as `user`. Must be called inside a Tokio runtime.
+pub fn impersonating_client(base: &Client, user: &str) -> Result<Client, kube::Error> {
+    let value = HeaderValue::from_str(user)
+        .map_err(|_| kube::Error::Service(format!("`{user}` cannot be sent as an HTTP header").into()))?;
+    let sender = base.clone();
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let (sender, value) = (sender.clone(), value.clone());
+        async move {
+            let headers = request.headers_mut();
+            headers.remove(IMPERSONATE_GROUP);
+            headers.insert(IMPERSONATE_USER, value);
+            sender.send(request).await
+        }
+    });
+    Ok(Client::new(service, base.default_namespace()))
 }
 
 /// [`ApplyError::verb`] of a refused apply.
@@ -124,22 +141,7 @@ fn error(verb: &'static str, entry: &InventoryEntry, source: kube::Error) -> App
 
 #[cfg(test)]
 mod tests {
-    use kube::client::ConfigExt;
-
     use super::*;
-
-    #[test]
-    fn impersonation_of_a_service_account_sets_only_the_user() {
-        let mut base = Config::new("https://127.0.0.1:6443".parse().unwrap());
-        base.auth_info.impersonate_groups = Some(vec!["system:masters".into()]);
-        let user = service_account_user("team-a", "deployer");
-        let config = impersonated_config(&base, &user);
-        assert_eq!(config.auth_info.impersonate.as_deref(), Some("system:serviceaccount:team-a:deployer"));
-        assert_eq!(config.auth_info.impersonate_groups, None);
-        assert_eq!(base.auth_info.impersonate, None, "the controller's own config is left alone");
-        // The header layer kube builds from it accepts the value.
-        assert!(config.extra_headers_layer().is_ok());
-    }
 
     #[test]
     fn api_resources_of_core_and_grouped_kinds() {

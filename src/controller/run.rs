@@ -160,7 +160,7 @@ pub fn main(args: Args) -> ExitCode {
 /// Connects, starts the health server, then runs the reconcilers (while leading).
 pub async fn run(args: Args) -> Result<(), RunError> {
     let address = telemetry::parse_listen_address(&args.metrics_address).map_err(RunError::Flag)?;
-    let (client, config) = connect(API_CHECK_TIMEOUT).await?;
+    let client = connect(API_CHECK_TIMEOUT).await?;
     std::fs::create_dir_all(&args.cache_dir)
         .map_err(|source| RunError::Cache { dir: args.cache_dir.display().to_string(), source })?;
 
@@ -175,7 +175,7 @@ pub async fn run(args: Args) -> Result<(), RunError> {
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
     let http = tokio::spawn(telemetry::serve(listener, state.clone(), stopped(http_stop_rx)));
 
-    let result = lead_and_reconcile(&args, client, config, state.clone(), stop_tx, stop_rx).await;
+    let result = lead_and_reconcile(&args, client, state.clone(), stop_tx, stop_rx).await;
     state.set_ready(false);
     let _ = http_stop_tx.send(true);
     let _ = http.await;
@@ -183,17 +183,17 @@ pub async fn run(args: Args) -> Result<(), RunError> {
 }
 
 /// Builds a client from the environment and checks, briefly, that the API server answers.
-pub async fn connect(timeout: Duration) -> Result<(Client, kube::Config), RunError> {
+pub async fn connect(timeout: Duration) -> Result<Client, RunError> {
     let config = kube::Config::infer().await.map_err(|e| RunError::Config(e.to_string()))?;
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config.clone())
+    let client = Client::try_from(config)
         .map_err(|e| RunError::Unreachable { url: url.clone(), reason: format!("building the client: {e}") })?;
     match tokio::time::timeout(timeout, client.apiserver_version()).await {
         Err(_) => Err(RunError::Unreachable { url, reason: format!("no answer within {}s", timeout.as_secs()) }),
         Ok(Err(e)) => Err(RunError::Unreachable { url, reason: e.to_string() }),
         Ok(Ok(version)) => {
             info!(%url, version = %version.git_version, "connected to the API server");
-            Ok((client, config))
+            Ok(client)
         }
     }
 }
@@ -234,14 +234,13 @@ fn shutdown_future(stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Se
 async fn lead_and_reconcile(
     args: &Args,
     client: Client,
-    config: kube::Config,
     state: Arc<State>,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     if !args.leader_elect {
         state.set_leader(true);
-        return reconcile_until_stopped(args, client, config, state, stop_rx).await;
+        return reconcile_until_stopped(args, client, state, stop_rx).await;
     }
     let identity = args.identity.clone().or_else(host_name).unwrap_or_else(|| "cdtarget".into());
     let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
@@ -285,7 +284,7 @@ async fn lead_and_reconcile(
         }
         lost
     });
-    let result = reconcile_until_stopped(args, client, config, state.clone(), stop_rx).await;
+    let result = reconcile_until_stopped(args, client, state.clone(), stop_rx).await;
     // The watcher task holds a receiver of the lease channel: end it so the lease is released.
     let lost = if lost_lease.is_finished() {
         lost_lease.await.unwrap_or(false)
@@ -310,7 +309,6 @@ fn host_name() -> Option<String> {
 async fn reconcile_until_stopped(
     args: &Args,
     client: Client,
-    config: kube::Config,
     state: Arc<State>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
@@ -332,7 +330,7 @@ async fn reconcile_until_stopped(
         kube::runtime::events::Reporter { controller: "cdtarget".into(), instance },
     );
     let repo_ctx = Arc::new(
-        tenant_repository::Context::new(client.clone(), config, fetcher, &args.namespace, &args.policy_configmap)
+        tenant_repository::Context::new(client.clone(), fetcher, &args.namespace, &args.policy_configmap)
             .with_recorder(recorder.clone())
             .with_observer(Arc::new(move |report: &tenant_repository::ApplyReport| {
                 apply_metrics.metrics.observe_apply(&report.registration, report.applied, report.pruned, report.managed)

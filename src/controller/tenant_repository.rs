@@ -95,17 +95,11 @@ pub struct ApplyReport {
 pub type ApplyObserver = Arc<dyn Fn(&ApplyReport) + Send + Sync>;
 
 impl Context {
-    /// A context whose tenant clients impersonate through the controller's `config`.
-    pub fn new(
-        client: Client,
-        config: kube::Config,
-        fetcher: Fetcher,
-        policy_namespace: &str,
-        policy_name: &str,
-    ) -> Self {
+    /// A context whose tenant clients impersonate over the controller's own `client`.
+    pub fn new(client: Client, fetcher: Fetcher, policy_namespace: &str, policy_name: &str) -> Self {
         Context {
+            client_for: server_side::impersonating(client.clone()),
             client,
-            client_for: server_side::impersonating(config),
             fetcher,
             policy_namespace: policy_namespace.to_owned(),
             policy_name: policy_name.to_owned(),

@@ -37,6 +37,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use cdtarget::apply::server_side;
+
+use crate::common::api_bridge::{ApiBridge, Record};
 use crate::common::{self, KeyKind, Sshd, TestDir, Upstream, UpstreamRepo, test_dir};
 
 const PLATFORM: &str = "cdtarget-system";
@@ -115,6 +118,8 @@ struct Cluster {
     target_reconciles: Reconciles<CDTarget, cdtarget_reconciler::Error>,
     stop: watch::Sender<bool>,
     _cache: TestDir,
+    /// The fake API server behind HTTP: the controller talks to it as to a real one.
+    _bridge: ApiBridge,
 }
 
 fn kind_of(object: &Value) -> &str {
@@ -146,7 +151,7 @@ impl Cluster {
                 on_delete.lock().unwrap().push(format!("delete {}/{}", ctx.namespace, ctx.name));
                 Ok(None)
             });
-        let client = ClientBuilder::new()
+        let fake = ClientBuilder::new()
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
             .with_resource::<TenantRepository>()
@@ -158,14 +163,14 @@ impl Cluster {
             .await
             .expect("fake client");
 
+        // Requests travel over HTTP to the fake, so tenant applies carry `Impersonate-User` as
+        // in production (the headers are checked in tests/controller/tenant_repository.rs).
+        let bridge = ApiBridge::start(fake, Record::Counts).await;
+        let client = bridge.client();
         let cache = test_dir();
-        // kube-fake-client answers every request in process and cannot impersonate: the tenant
-        // client is the controller's own (impersonation is covered in tests/controller and
-        // apply::server_side).
-        let tenant_client = client.clone();
         let repo_ctx = Arc::new(tenant_repository::Context {
             client: client.clone(),
-            client_for: Arc::new(move |_user: &str| Ok(tenant_client.clone())),
+            client_for: server_side::impersonating(client.clone()),
             fetcher: Fetcher::new(cache.path(), Limits::default(), 2),
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),
@@ -204,6 +209,7 @@ impl Cluster {
             target_reconciles: Reconciles::spawn(target_controller),
             stop,
             _cache: cache,
+            _bridge: bridge,
         }
     }
 

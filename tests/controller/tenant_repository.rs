@@ -24,6 +24,9 @@ use kube::runtime::controller::Action;
 use kube_fake_client::{ClientBuilder, interceptor};
 use serde_json::Value;
 
+use cdtarget::apply::server_side;
+
+use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
 use crate::common::{TestDir, Upstream, UpstreamRepo, test_dir};
 
 const PLATFORM: &str = "cdtarget-system";
@@ -34,9 +37,11 @@ const SERVICE_ACCOUNT: &str = "deployer";
 /// A fake cluster with cdtarget's kinds, recording every mutating request (creates, patches,
 /// status patches and deletes) and every user a tenant client was asked for.
 struct Fixture {
+    /// A client of the fake over HTTP (through `bridge`), as the controller builds one.
     client: Client,
+    /// The fake API server on 127.0.0.1, recording the headers of every request.
+    bridge: ApiBridge,
     writes: Arc<Mutex<Vec<String>>>,
-    impersonated: Arc<Mutex<Vec<String>>>,
     /// Keeps the upstream repositories on disk.
     _upstream: Upstream,
     repo: UpstreamRepo,
@@ -71,7 +76,7 @@ impl Fixture {
                 on_delete.lock().unwrap().push(format!("delete {}/{}", ctx.namespace, ctx.name));
                 Ok(None)
             });
-        let client = ClientBuilder::new()
+        let fake = ClientBuilder::new()
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
             .with_resource::<TenantRepository>()
@@ -82,21 +87,16 @@ impl Fixture {
             .expect("fake client");
         let upstream = Upstream::new();
         let repo = upstream.create("tenant.git");
-        Fixture { client, writes, impersonated: Arc::default(), _upstream: upstream, repo, cache: test_dir() }
+        let bridge = ApiBridge::start(fake, Record::All).await;
+        Fixture { client: bridge.client(), bridge, writes, _upstream: upstream, repo, cache: test_dir() }
     }
 
-    /// The reconciler's context. kube-fake-client serves requests in process and never sees HTTP
-    /// headers, so `Impersonate-User` cannot be observed on the wire here: the tenant client
-    /// records which user it was built for (the Config it would use is tested in
-    /// `apply::server_side`).
+    /// The reconciler's context, as `cdtarget controller` builds it: every request goes over
+    /// HTTP to the bridge, tenant clients impersonate through the controller's own client.
     fn context(&self) -> Arc<Context> {
-        let (client, impersonated) = (self.client.clone(), self.impersonated.clone());
         Arc::new(Context {
             client: self.client.clone(),
-            client_for: Arc::new(move |user: &str| {
-                impersonated.lock().unwrap().push(user.to_owned());
-                Ok(client.clone())
-            }),
+            client_for: server_side::impersonating(self.client.clone()),
             fetcher: Fetcher::new(self.cache.path(), Limits::default(), 2),
             policy_namespace: PLATFORM.into(),
             policy_name: "cdtarget-policy".into(),
@@ -149,6 +149,7 @@ impl Fixture {
 
     async fn reconcile(&self) -> Action {
         self.writes.lock().unwrap().clear();
+        self.bridge.clear();
         let repo = self.registration().await;
         reconcile(Arc::new(repo), self.context()).await.expect("reconcile")
     }
@@ -236,7 +237,24 @@ async fn first_reconcile_applies_every_document_into_the_target_namespace_and_re
 #[tokio::test]
 async fn applies_impersonate_the_registrations_service_account_in_order() {
     let (fixture, _) = applied_once().await;
-    assert_eq!(*fixture.impersonated.lock().unwrap(), ["system:serviceaccount:team-a:deployer"]);
+    let wire = fixture.bridge.requests();
+    let tenant_path = format!("/namespaces/{TENANT}/");
+    let (tenant, controller): (Vec<&WireRequest>, Vec<&WireRequest>) =
+        wire.iter().partition(|r| r.path.contains(&tenant_path));
+    assert!(tenant.iter().filter(|r| r.is_mutating()).count() >= 3, "the applies went over the wire: {wire:#?}");
+    for request in &tenant {
+        assert_eq!(
+            request.impersonate_user.as_deref(),
+            Some("system:serviceaccount:team-a:deployer"),
+            "every request into the tenant namespace acts as its ServiceAccount: {request:?}"
+        );
+        assert_eq!(request.impersonate_groups, Vec::<String>::new(), "no groups are claimed: {request:?}");
+    }
+    // The controller's own requests (the registration, its status, the policy) act as itself.
+    assert!(controller.iter().any(|r| r.verb() == "PATCH status"), "{wire:#?}");
+    for request in &controller {
+        assert_eq!(request.impersonate_user, None, "the controller's own request impersonates: {request:?}");
+    }
     // What others reference comes first: the ConfigMaps, then the CDTarget.
     let expected = [
         "patch ConfigMap team-a/extra".to_owned(),
@@ -333,11 +351,12 @@ async fn a_document_for_another_namespace_is_rejected_and_nothing_is_applied() {
     );
     fixture.register(|_| {}).await;
     fixture.reconcile().await;
+    let wire = fixture.bridge.requests();
+    assert!(wire.iter().all(|r| r.impersonate_user.is_none()), "nothing was sent as the tenant: {wire:#?}");
 
     assert!(fixture.config_map("ok").await.is_none());
     let other: Api<ConfigMap> = Api::namespaced(fixture.client.clone(), "team-b");
     assert!(other.get_opt("sneaky").await.unwrap().is_none());
-    assert!(fixture.impersonated.lock().unwrap().is_empty(), "no tenant client was even built");
     let status = fixture.status().await;
     let applied = condition(&status, APPLIED);
     assert_eq!(applied.reason, REASON_VALIDATION_FAILED);
