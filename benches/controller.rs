@@ -347,7 +347,7 @@ fn controller_side(base: &str, shape: Shape, concurrency: usize, cache: &Path) {
             client: client.clone(),
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),
-            keda: true,
+            keda: cdtarget_controller::Keda::new(true),
             recorder: None,
         });
 

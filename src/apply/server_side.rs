@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use http::HeaderValue;
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -118,6 +119,27 @@ pub async fn apply_all(client: &Client, objects: &[Value]) -> Result<usize, Appl
         }
     }
     Ok(objects.len())
+}
+
+/// Most live objects read at once when looking for drift.
+const DRIFT_READS: usize = 8;
+
+/// The objects of `objects` (in their order) whose live copy is missing or no longer holds every
+/// field they set ([`super::drift::live_matches`]), read as `client`'s user. An object that
+/// cannot be read (no `get` permission, an API error) counts as drifted: applying it again is
+/// always safe, and a real refusal then surfaces from the apply.
+pub async fn drifted(client: &Client, objects: Vec<Value>) -> Vec<Value> {
+    let checks = objects.into_iter().map(|object| async move {
+        let Some(entry) = super::entry_of(&object) else { return Some(object) };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &entry.namespace, &api_resource(&entry.api_version, &entry.kind));
+        let live = api.get_opt(&entry.name).await.ok().flatten().and_then(|live| serde_json::to_value(live).ok());
+        match live {
+            Some(live) if super::drift::live_matches(&object, &live) => None,
+            _ => Some(object),
+        }
+    });
+    futures::stream::iter(checks).buffered(DRIFT_READS).filter_map(futures::future::ready).collect().await
 }
 
 /// Deletes every entry, in order; objects already gone count as deleted. Returns how many

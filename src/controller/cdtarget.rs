@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -54,10 +55,32 @@ pub struct Context {
     pub policy_namespace: String,
     /// Name of the policy ConfigMap (key `policy.yaml`, or the seed's key `ports`).
     pub policy_name: String,
-    /// Whether the KEDA CRDs (`ScaledObject`, `TriggerAuthentication`) exist in the cluster.
-    pub keda: bool,
+    /// Whether the KEDA CRDs (`ScaledObject`, `TriggerAuthentication`) exist in the cluster;
+    /// re-checked while running.
+    pub keda: Keda,
     /// Records Events on state changes (none in tests that do not look at them).
     pub recorder: Option<kube::runtime::events::Recorder>,
+}
+
+/// Whether KEDA is installed, shared between the reconciler and the task that re-checks it.
+#[derive(Clone, Debug, Default)]
+pub struct Keda(Arc<AtomicBool>);
+
+impl Keda {
+    /// A flag saying KEDA is (`true`) or is not installed.
+    pub fn new(installed: bool) -> Self {
+        Keda(Arc::new(AtomicBool::new(installed)))
+    }
+
+    /// Whether KEDA is installed, as last seen.
+    pub fn installed(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Records what was seen; returns whether it changed.
+    pub fn set(&self, installed: bool) -> bool {
+        self.0.swap(installed, Ordering::Relaxed) != installed
+    }
 }
 
 // === impl Error ===
@@ -277,7 +300,7 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
 
     let policy = read_policy(&ctx).await?;
     let secrets = read_secrets(&ctx.client, &namespace, &target).await?;
-    let plan = plan(&target, &policy, &secrets, ctx.keda);
+    let plan = plan(&target, &policy, &secrets, ctx.keda.installed());
 
     let result = match &plan.children {
         Some(children) => apply_children(&ctx.client, &namespace, children).await,

@@ -4,6 +4,7 @@
 //! Wiring only: the decisions live in [`super::cdtarget`] and [`super::tenant_repository`]; the
 //! one pure mapping here ([`cdtargets_referencing_secret`]) is tested on its own.
 
+use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -336,11 +337,12 @@ async fn reconcile_until_stopped(
                 apply_metrics.metrics.observe_apply(&report.registration, report.applied, report.pruned, report.managed)
             })),
     );
+    let keda_flag = cdtarget::Keda::new(keda);
     let target_ctx = Arc::new(cdtarget::Context {
         client: client.clone(),
         policy_namespace: args.namespace.clone(),
         policy_name: args.policy_configmap.clone(),
-        keda,
+        keda: keda_flag.clone(),
         recorder: Some(recorder),
     });
     let shard = shard_config(args.shard_selector.as_deref());
@@ -352,7 +354,11 @@ async fn reconcile_until_stopped(
         tenant_repository_controller(&client, &args.namespace, &args.policy_configmap, shard.clone(), triggered)
             .with_config(controller_config.clone())
             .graceful_shutdown_on(shutdown_future(stop.clone()));
+    // KEDA installed or removed while running: every CDTarget is rendered again.
+    let (keda_changed, keda_changes) = mpsc::unbounded();
+    let keda_check = tokio::spawn(recheck_keda(client.clone(), keda_flag, keda_changed));
     let targets = cdtarget_controller(&client, shard, &args.namespace, &args.policy_configmap, keda)
+        .reconcile_all_on(keda_changes)
         .with_config(controller_config)
         .graceful_shutdown_on(shutdown_future(stop.clone()));
 
@@ -391,6 +397,7 @@ async fn reconcile_until_stopped(
     // Keep the trigger alive while the controllers run (the webhook receiver takes clones).
     let _trigger = trigger;
     tokio::join!(drain("TenantRepository", repositories), drain("CDTarget", targets));
+    keda_check.abort();
     info!("reconcilers stopped");
     Ok(())
 }
@@ -423,6 +430,34 @@ fn shard_config(selector: Option<&str>) -> watcher::Config {
     match selector.filter(|s| !s.trim().is_empty()) {
         Some(selector) => config.labels(selector),
         None => config,
+    }
+}
+
+/// How often the controller checks whether KEDA was installed or removed.
+pub const KEDA_RECHECK: Duration = Duration::from_secs(5 * 60);
+
+/// Checks for KEDA every [`KEDA_RECHECK`] and, when it appeared or went away, updates `keda`
+/// and asks for every CDTarget to be reconciled. A failed check changes nothing. The owned
+/// ScaledObject and TriggerAuthentication watches are set up at start-up only: after KEDA is
+/// installed, drift of those children is repaired by the periodic resync until a restart.
+async fn recheck_keda(client: Client, keda: cdtarget::Keda, changed: mpsc::UnboundedSender<()>) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + KEDA_RECHECK, KEDA_RECHECK);
+    loop {
+        ticks.tick().await;
+        match keda_installed(&client).await {
+            Ok(installed) if keda.set(installed) => {
+                info!(
+                    installed,
+                    "KEDA was {}: rendering every CDTarget again",
+                    if installed { "installed" } else { "removed" }
+                );
+                if changed.unbounded_send(()).is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(error) => warn!(%error, "checking whether KEDA is installed"),
+        }
     }
 }
 
@@ -479,7 +514,13 @@ pub fn tenant_repository_controller(
     shard: watcher::Config,
     triggers: impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static,
 ) -> Controller<TenantRepository> {
-    let controller = Controller::new(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard);
+    let (reader, writer) = reflector::store();
+    let registrations = watcher(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(reconcile_worthy, PredicateConfig::default());
+    let controller = Controller::for_stream(registrations, reader);
     let store = controller.store();
     // Metadata only: Secret values never enter the controller's caches.
     let secrets = Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), platform_namespace);
@@ -499,6 +540,19 @@ pub fn tenant_repository_controller(
             store.state().iter().map(|repo| ObjectRef::from_obj(repo.as_ref())).collect::<Vec<_>>()
         })
         .reconcile_on(triggers)
+}
+
+/// What of a watched object calls for a reconcile, hashed: its generation (the spec), its
+/// annotations (`cdtarget.io/requestedAt` and other requests) and whether it is being deleted.
+/// Status writes change none of these, so the reconciler's own status update does not wake it
+/// again; the periodic requeue and the owned and referenced objects still do.
+pub fn reconcile_worthy<K: Resource>(object: &K) -> Option<u64> {
+    let meta = object.meta();
+    let mut hasher = std::hash::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// The registrations that read Secret `namespace/name`: their Git credentials or their webhook
@@ -532,7 +586,13 @@ pub fn cdtarget_controller(
     policy_name: &str,
     keda: bool,
 ) -> Controller<CDTarget> {
-    let controller = Controller::new(Api::<CDTarget>::all(client.clone()), shard);
+    let (reader, writer) = reflector::store();
+    let targets = watcher(Api::<CDTarget>::all(client.clone()), shard)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(reconcile_worthy, PredicateConfig::default());
+    let controller = Controller::for_stream(targets, reader);
     let store = controller.store();
     let children = watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE));
     let mut controller = controller
@@ -649,6 +709,27 @@ mod tests {
         let mut target = CDTarget::new(name, spec);
         target.metadata.namespace = Some(namespace.into());
         Arc::new(target)
+    }
+
+    #[test]
+    fn status_writes_do_not_call_for_a_reconcile_but_spec_annotations_and_deletion_do() {
+        let mut repo = Arc::unwrap_or_clone(registration("cdtarget-system", "a", None, None));
+        repo.metadata.generation = Some(1);
+        let before = reconcile_worthy(&repo);
+        repo.status = Some(Default::default());
+        repo.metadata.resource_version = Some("2".into());
+        assert_eq!(reconcile_worthy(&repo), before, "a status write");
+
+        let mut spec_changed = repo.clone();
+        spec_changed.metadata.generation = Some(2);
+        let mut requested = repo.clone();
+        requested.annotations_mut().insert("cdtarget.io/requestedAt".into(), "2026-11-22T10:00:00Z".into());
+        let mut deleting = repo.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        for changed in [spec_changed, requested, deleting] {
+            assert_ne!(reconcile_worthy(&changed), before, "{:?}", changed.metadata);
+        }
     }
 
     fn names(refs: Vec<ObjectRef<CDTarget>>) -> Vec<String> {

@@ -243,6 +243,18 @@ pub fn interval_of(spec: &TenantRepositorySpec) -> Result<Duration, String> {
     }
 }
 
+/// `spec.timeout`: the bound on one fetch of this registration; `None` leaves the controller's
+/// `--git-timeout`.
+pub fn timeout_of(spec: &TenantRepositorySpec) -> Result<Option<Duration>, String> {
+    match spec.timeout.as_deref() {
+        None | Some("") => Ok(None),
+        Some(text) => match parse_go_duration(text) {
+            Some(d) if !d.is_zero() => Ok(Some(d)),
+            _ => Err(format!("spec.timeout: `{text}` is not a positive duration such as `30s`, `2m` or `1m30s`")),
+        },
+    }
+}
+
 /// Parses a Go duration made of `<number><unit>` parts, units `ms`, `s`, `m`, `h`.
 pub fn parse_go_duration(text: &str) -> Option<Duration> {
     let mut rest = text.trim();
@@ -365,6 +377,10 @@ pub struct Plan {
     pub applied: Option<Verdict>,
     /// The objects to server-side apply, in order; `None` applies nothing.
     pub apply: Option<Vec<Value>>,
+    /// The set was applied before (same revision, same rendered set): `apply` holds it, but only
+    /// objects whose live copy no longer holds what Git says are sent (drift is repaired, an
+    /// unchanged cycle writes nothing).
+    pub only_drifted: bool,
     /// The objects to delete (they left Git), dependents first.
     pub prune: Vec<InventoryEntry>,
     /// The commit fetched, when one was.
@@ -396,6 +412,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         source_ready,
         applied,
         apply: None,
+        only_drifted: false,
         prune: Vec::new(),
         fetched_revision: None,
         record: None,
@@ -408,6 +425,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             source_ready: None,
             applied: None,
             apply: None,
+            only_drifted: false,
             prune: Vec::new(),
             fetched_revision: None,
             record: None,
@@ -471,7 +489,8 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 health: Some(Health::Ready { reason: REASON_SUCCEEDED.into(), message: message.clone() }),
                 source_ready: Some(Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision))),
                 applied: Some(Verdict::new(true, REASON_SUCCEEDED, message)),
-                apply: if unchanged { None } else { Some(objects) },
+                apply: Some(objects),
+                only_drifted: unchanged,
                 prune,
                 fetched_revision: Some(revision.clone()),
                 record: Some(Record { revision, digest, inventory }),
@@ -514,6 +533,7 @@ impl Plan {
     fn failed(mut self, reason: &str, message: String, class: ErrorClass) -> Plan {
         self.applied = Some(Verdict::new(false, reason, &message));
         self.apply = None;
+        self.only_drifted = false;
         self.prune = Vec::new();
         let (health, requeue) = match class {
             ErrorClass::Stalled => (stalled(reason, message), self.requeue),
@@ -630,6 +650,12 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
     if plan.apply.is_some() || !plan.prune.is_empty() {
         let user = server_side::service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
         let tenant = (ctx.client_for)(&user).map_err(|source| Error::Impersonate { user: user.clone(), source })?;
+        if plan.only_drifted
+            && let Some(objects) = plan.apply.take()
+        {
+            let drifted = server_side::drifted(&tenant, objects).await;
+            plan.apply = (!drifted.is_empty()).then_some(drifted);
+        }
         if let Some(objects) = &plan.apply
             && let Err(e) = server_side::apply_all(&tenant, objects).await
         {
@@ -672,8 +698,11 @@ async fn observe(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Res
     if repo.spec.suspend {
         return Ok(Observed::Suspended);
     }
-    let reference = match reference_of(&repo.spec).and_then(|r| interval_of(&repo.spec).map(|_| r)) {
-        Ok(reference) => reference,
+    let checked = reference_of(&repo.spec)
+        .and_then(|r| interval_of(&repo.spec).map(|_| r))
+        .and_then(|r| timeout_of(&repo.spec).map(|timeout| (r, timeout)));
+    let (reference, timeout) = match checked {
+        Ok(checked) => checked,
         Err(message) => return Ok(Observed::InvalidSpec(message)),
     };
     let (credentials, ca_bundle) = match &repo.spec.secret_ref {
@@ -690,7 +719,7 @@ async fn observe(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Res
     };
     let request = Request { url: repo.spec.url.clone(), reference, credentials, ca_bundle };
     let key = format!("{namespace}/{}", repo.name_any());
-    let fetched = match ctx.fetcher.fetch(&key, request).await {
+    let fetched = match ctx.fetcher.fetch_within(&key, request, timeout).await {
         Ok(fetched) => fetched,
         Err(error) => return Ok(Observed::FetchFailed(error)),
     };
@@ -862,7 +891,20 @@ mod tests {
     }
 
     #[test]
-    fn unchanged_revision_and_set_apply_nothing() {
+    fn timeout_is_optional_and_must_be_a_positive_duration() {
+        let mut spec = TenantRepositorySpec::default();
+        assert_eq!(timeout_of(&spec), Ok(None));
+        spec.timeout = Some("1m30s".into());
+        assert_eq!(timeout_of(&spec), Ok(Some(Duration::from_secs(90))));
+        for bad in ["0s", "soon", "-5s"] {
+            spec.timeout = Some(bad.into());
+            let error = timeout_of(&spec).unwrap_err();
+            assert!(error.starts_with("spec.timeout: `") && error.contains("30s"), "{error}");
+        }
+    }
+
+    #[test]
+    fn unchanged_revision_and_set_apply_only_what_drifted() {
         let first = plan(
             &repo(true, None),
             Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
@@ -880,7 +922,8 @@ mod tests {
             Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
             Duration::ZERO,
         );
-        assert_eq!((again.apply, again.prune), (None, vec![]));
+        assert!(again.only_drifted, "the live objects are compared, not applied blindly");
+        assert_eq!((again.apply.map(|a| a.len()), again.prune), (Some(1), vec![]));
     }
 
     #[test]

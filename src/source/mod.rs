@@ -260,9 +260,21 @@ impl Fetcher {
     /// Fetches `request` for registration `key`. The caller never runs two fetches of one key at
     /// once (the controller reconciles an object at most once at a time).
     pub async fn fetch(&self, key: &str, request: Request) -> Result<Fetched, SourceError> {
+        self.fetch_within(key, request, None).await
+    }
+
+    /// [`Fetcher::fetch`] with the whole operation bounded by `timeout` instead of the fetcher's
+    /// own limit (a registration's `spec.timeout`). A socket silent for the process-wide
+    /// [`set_io_timeout`] is cut either way.
+    pub async fn fetch_within(
+        &self,
+        key: &str,
+        request: Request,
+        timeout: Option<Duration>,
+    ) -> Result<Fetched, SourceError> {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         let cache = self.cache_dir(key);
-        let limits = self.limits;
+        let limits = Limits { timeout: timeout.unwrap_or(self.limits.timeout), ..self.limits };
         let started = std::time::Instant::now();
         let result = tokio::task::spawn_blocking(move || fetch_blocking(&cache, &request, &limits, None))
             .await

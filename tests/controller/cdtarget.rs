@@ -1,10 +1,12 @@
 //! The CDTarget reconciler against the fake API server.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::labels::SECRETS_DIGEST;
 use cdtarget::api::{CDTarget, CDTargetStatus};
+use cdtarget::controller::cdtarget::reconcile;
 use cdtarget::controller::conditions::{READY, RECONCILING, STALLED, is_true};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -306,6 +308,24 @@ async fn without_keda_a_plain_deployment_runs_at_min_replica_count() {
     assert!(ready.message.contains("plain Deployment at minReplicaCount"), "{}", ready.message);
     let rendered = status.rendered.unwrap();
     assert_eq!((rendered.scaled_object, rendered.trigger_authentication), (None, None));
+}
+
+#[tokio::test]
+async fn keda_installed_while_running_adds_the_autoscaler_on_the_next_reconcile() {
+    // The cluster serves KEDA's kinds, but the controller last saw KEDA missing.
+    let cluster = cluster_with_target(true).await;
+    let ctx = cluster.context();
+    ctx.keda.set(false);
+    reconcile(Arc::new(cluster.target().await), ctx.clone()).await.expect("reconcile");
+    assert_eq!(condition(&status(&cluster.target().await), READY).reason, "KedaNotInstalled");
+    assert!(cluster.api::<ScaledObject>().get_opt(NAME).await.unwrap().is_none());
+
+    // What the periodic re-check does when it finds KEDA (it then reconciles every CDTarget).
+    assert!(ctx.keda.set(true), "the change is reported");
+    reconcile(Arc::new(cluster.target().await), ctx.clone()).await.expect("reconcile");
+    assert!(cluster.api::<ScaledObject>().get_opt(NAME).await.unwrap().is_some());
+    assert!(cluster.api::<TriggerAuthentication>().get_opt(NAME).await.unwrap().is_some());
+    assert_eq!(condition(&status(&cluster.target().await), READY).reason, "Applied");
 }
 
 #[tokio::test]

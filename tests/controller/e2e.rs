@@ -184,7 +184,7 @@ impl Cluster {
             client: client.clone(),
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),
-            keda: true,
+            keda: cdtarget_reconciler::Keda::new(true),
             recorder: None,
         });
         let (registrations, registration_events) = mpsc::unbounded();

@@ -95,7 +95,7 @@ impl Cluster {
             client: self.client.clone(),
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),
-            keda: self.keda,
+            keda: cdtarget::controller::cdtarget::Keda::new(self.keda),
             recorder: None,
         })
     }

@@ -2,6 +2,7 @@
 //! (`file://`, the cheapest real transport). The reconciler is called directly, as the interval
 //! timer, a spec change or the webhook trigger would call it.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use cdtarget::controller::tenant_repository::{
     APPLIED, Context, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY, reconcile,
 };
 use cdtarget::manifests;
-use cdtarget::source::{Fetcher, Limits};
+use cdtarget::source::{self, Fetcher, Limits};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -27,7 +28,7 @@ use serde_json::Value;
 use cdtarget::apply::server_side;
 
 use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
-use crate::common::{TestDir, Upstream, UpstreamRepo, test_dir};
+use crate::common::{Stalling, TestDir, Upstream, UpstreamRepo, test_dir};
 
 const PLATFORM: &str = "cdtarget-system";
 const REPO: &str = "team-a-repo";
@@ -277,6 +278,28 @@ async fn reconcile_with_nothing_changed_sends_no_mutating_request() {
 }
 
 #[tokio::test]
+async fn an_unchanged_revision_repairs_drifted_and_deleted_objects_and_sends_nothing_else() {
+    let (fixture, _) = applied_once().await;
+    // Someone edits one applied object by hand and deletes another.
+    let mut settings = fixture.config_map("settings").await.expect("applied");
+    settings.data = Some(BTreeMap::from([("value".to_owned(), "edited by hand".to_owned())]));
+    settings.metadata.managed_fields = None;
+    fixture.tenant::<ConfigMap>().replace("settings", &PostParams::default(), &settings).await.expect("edit");
+    fixture.tenant::<ConfigMap>().delete("extra", &Default::default()).await.expect("delete");
+
+    fixture.reconcile().await;
+    let wire = fixture.bridge.requests();
+    let mut writes = fixture.writes();
+    writes.sort();
+    assert_eq!(writes, ["patch ConfigMap team-a/extra", "patch ConfigMap team-a/settings"]);
+    assert_eq!(fixture.config_map("settings").await.unwrap().data.unwrap()["value"], "1");
+    assert!(fixture.config_map("extra").await.is_some(), "the deleted object is back");
+    let reads: Vec<&WireRequest> = wire.iter().filter(|r| r.method == "GET" && r.path.contains("/team-a/")).collect();
+    assert_eq!(reads.len(), 3, "one read of each applied object: {wire:#?}");
+    assert!(reads.iter().all(|r| r.impersonate_user.as_deref() == Some("system:serviceaccount:team-a:deployer")));
+}
+
+#[tokio::test]
 async fn a_file_removed_from_git_prunes_exactly_its_object() {
     let (fixture, _) = applied_once().await;
     fixture.repo.remove_file("deploy/extra.yaml", "drop extra");
@@ -432,4 +455,26 @@ async fn the_observer_is_told_what_each_reconcile_applied_pruned_and_manages() {
     let counts: Vec<(usize, usize, usize)> = reports.iter().map(|r| (r.applied, r.pruned, r.managed)).collect();
     assert_eq!(counts, [(0, 0, 3), (2, 1, 2)]);
     assert_eq!(reports[0].registration, format!("{PLATFORM}/{REPO}"));
+}
+
+#[tokio::test]
+async fn spec_timeout_bounds_the_fetch_of_that_registration() {
+    // Stalls are cut by libgit2's process-wide socket timeout, which the controller sets from
+    // --git-timeout; spec.timeout bounds the whole fetch on top of it.
+    source::set_io_timeout(Duration::from_secs(3));
+    let stalling = Stalling::start();
+    let fixture = Fixture::new().await;
+    let url = stalling.url("http");
+    fixture
+        .register(|spec| {
+            spec.url = url;
+            spec.timeout = Some("1s".into());
+        })
+        .await;
+    fixture.reconcile().await;
+    let status = fixture.status().await;
+    let source_ready = condition(&status, SOURCE_READY);
+    assert_eq!((source_ready.status.as_str(), source_ready.reason.as_str()), ("False", "Timeout"));
+    assert!(source_ready.message.contains("took longer than 1s"), "{}", source_ready.message);
+    assert_eq!(fixture.writes(), [format!("status {PLATFORM}/{REPO}")], "only the status is written");
 }
