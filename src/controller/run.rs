@@ -517,6 +517,8 @@ pub fn tenant_repository_controller(
     let (reader, writer) = reflector::store();
     let registrations = watcher(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard)
         .default_backoff()
+        // Nothing reads managedFields: they would only double the cache.
+        .modify(|repo| repo.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(reconcile_worthy, PredicateConfig::default());
@@ -589,6 +591,7 @@ pub fn cdtarget_controller(
     let (reader, writer) = reflector::store();
     let targets = watcher(Api::<CDTarget>::all(client.clone()), shard)
         .default_backoff()
+        .modify(|target| target.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(reconcile_worthy, PredicateConfig::default());
