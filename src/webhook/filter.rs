@@ -171,6 +171,10 @@ pub fn decide(
     if body.iter().all(u8::is_ascii_whitespace) {
         return if generic { Ok(Decision::Sync { deleted: false }) } else { Err(BadRequest::EmptyBody) };
     }
+    // serde would also read a struct from a JSON array; a payload is an object.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(BadRequest::MalformedJson("expected a JSON object".into()));
+    }
     let push: Push = serde_json::from_slice(body).map_err(|e| BadRequest::MalformedJson(e.to_string()))?;
     let Some(git_ref) = push.git_ref.as_deref() else {
         return if generic { Ok(Decision::Sync { deleted: false }) } else { Err(BadRequest::MissingRef) };

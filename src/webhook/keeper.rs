@@ -76,13 +76,15 @@ pub async fn keep_index_on_streams(
         };
         tokio::select! {
             () = &mut stop => return,
-            Some(event) = registrations.next(), if !registrations.is_terminated() => match event {
-                Ok(event) => keeper.on_registration(event).await,
-                Err(error) => warn!(%error, "webhook index: TenantRepository watch"),
+            event = registrations.next(), if !registrations.is_terminated() => match event {
+                Some(Ok(event)) => keeper.on_registration(event).await,
+                Some(Err(error)) => warn!(%error, "webhook index: TenantRepository watch"),
+                None => {}
             },
-            Some(name) = secrets.next(), if !secrets.is_terminated() => match name {
-                Ok(name) => keeper.on_secret(&name).await,
-                Err(error) => warn!(%error, "webhook index: Secret watch"),
+            name = secrets.next(), if !secrets.is_terminated() => match name {
+                Some(Ok(name)) => keeper.on_secret(&name).await,
+                Some(Err(error)) => warn!(%error, "webhook index: Secret watch"),
+                None => {}
             },
             () = retry => {
                 retry_at = None;

@@ -337,6 +337,25 @@ mod tests {
     }
 
     #[test]
+    fn the_published_standard_webhooks_test_vector_verifies() {
+        // The specification's reference vector: a signature made by its reference libraries.
+        let key = parse_signing_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let expected = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        let body = br#"{"test": 2432232314}"#;
+        assert_eq!(standard_webhooks_signature(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body), expected);
+        let pairs = [
+            (GITLAB_TOKEN, "tok"),
+            (WEBHOOK_ID, "msg_p5jXN8AQM9LWM0D4loKWxJek"),
+            (WEBHOOK_TIMESTAMP, "1614265330"),
+            (WEBHOOK_SIGNATURE, expected),
+        ];
+        let secrets = Secrets::new("tok", Some(SigningKey::Key(key)));
+        let verified =
+            verify(WebhookType::Gitlab, &headers(&pairs), body, &secrets, 1614265330, DEFAULT_TIMESTAMP_TOLERANCE);
+        assert_eq!(verified.unwrap().signed_id.as_deref(), Some("msg_p5jXN8AQM9LWM0D4loKWxJek"));
+    }
+
+    #[test]
     fn gitlab_timestamps_outside_the_tolerance_are_refused_both_ways() {
         let secrets = signed("tok");
         for (offset, ok) in [(-301, false), (-300, true), (300, true), (301, false)] {
