@@ -20,4 +20,5 @@ pub mod render;
 pub mod schema_check;
 pub mod source;
 pub mod telemetry;
+pub mod webhook;
 pub mod yaml;

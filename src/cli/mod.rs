@@ -1,6 +1,7 @@
-//! The command line: `render`, `validate`, `crds` and `controller`.
+//! The command line: `render`, `validate`, `crds`, `controller` and `webhook-path`.
 
 mod remote;
+pub mod webhook_path;
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
@@ -57,6 +58,9 @@ pub enum Command {
     /// Run the controller against the cluster of the environment (in-cluster or kubeconfig):
     /// both reconcilers, leader election, `/metrics`, `/healthz` and `/readyz`.
     Controller(crate::controller::run::Args),
+    /// Print a registration's webhook path (`/hook/<digest>`), as in its `status.webhookPath`,
+    /// or with `--base-url` the full URL to paste into the Git host's webhook settings.
+    WebhookPath(webhook_path::WebhookPathArgs),
 }
 
 /// The tenant repository and the platform settings it is rendered with.
@@ -128,6 +132,9 @@ pub fn main() -> ExitCode {
         Command::Validate { source, output } => validate_command(&source, output, &mut stdout.lock()),
         Command::Crds { output_dir: None } => stdout.lock().write_all(crds_yaml().as_bytes()).map(|()| true),
         Command::Crds { output_dir: Some(dir) } => write_crds(&dir).map(|()| true),
+        Command::WebhookPath(args) => {
+            webhook_path::webhook_path_command(&args, &mut io::stdin().lock(), &mut stdout.lock(), &mut stderr.lock())
+        }
         Command::Controller(_) => unreachable!("handled above"),
     };
     match result {

@@ -1,5 +1,5 @@
 //! `cdtarget controller`: both reconcilers in one process, driven by watches, behind leader
-//! election, with metrics, health endpoints and graceful shutdown.
+//! election, with the webhook receiver, metrics, health endpoints and graceful shutdown.
 //!
 //! Wiring only: the decisions live in [`super::cdtarget`] and [`super::tenant_repository`]; the
 //! one pure mapping here ([`cdtargets_referencing_secret`]) is tested on its own.
@@ -30,6 +30,7 @@ use crate::controller::{cdtarget, tenant_repository};
 use crate::render;
 use crate::source::{self, Fetcher};
 use crate::telemetry::{self, LogFormat, State};
+use crate::webhook;
 
 /// How long the start-up check waits for the API server.
 pub const API_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,6 +77,18 @@ pub struct Args {
     /// Listen address of `/metrics`, `/healthz` and `/readyz` (`:8080` is every interface).
     #[arg(long, env = "CDTARGET_METRICS_ADDRESS", default_value = ":8080", value_name = "ADDRESS")]
     pub metrics_address: String,
+    /// Listen address of the webhook receiver (`POST /hook/<digest>`; `:9292` is every
+    /// interface).
+    #[arg(long, env = "CDTARGET_WEBHOOK_ADDR", default_value = ":9292", value_name = "ADDRESS")]
+    pub webhook_addr: String,
+    /// Webhook requests per second accepted from everyone together (twice as many in a burst);
+    /// more are answered 429. 0 disables the limit.
+    #[arg(long, env = "CDTARGET_WEBHOOK_GLOBAL_RATE", default_value_t = 100, value_name = "PER_SECOND")]
+    pub webhook_global_rate: u32,
+    /// Verified webhook deliveries per minute accepted for one registration (20 in a burst);
+    /// more are answered 429. 0 disables the limit.
+    #[arg(long, env = "CDTARGET_WEBHOOK_REGISTRATION_RATE", default_value_t = 60, value_name = "PER_MINUTE")]
+    pub webhook_registration_rate: u32,
     /// Log format.
     #[arg(long, env = "CDTARGET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -158,9 +171,12 @@ pub fn main(args: Args) -> ExitCode {
     }
 }
 
-/// Connects, starts the health server, then runs the reconcilers (while leading).
+/// Connects, starts the health server and the webhook receiver, then runs the reconcilers
+/// (while leading).
 pub async fn run(args: Args) -> Result<(), RunError> {
     let address = telemetry::parse_listen_address(&args.metrics_address).map_err(RunError::Flag)?;
+    let webhook_address = telemetry::parse_listen_address(&args.webhook_addr)
+        .map_err(|e| RunError::Flag(format!("--webhook-addr: {e}")))?;
     let client = connect(API_CHECK_TIMEOUT).await?;
     std::fs::create_dir_all(&args.cache_dir)
         .map_err(|source| RunError::Cache { dir: args.cache_dir.display().to_string(), source })?;
@@ -174,13 +190,42 @@ pub async fn run(args: Args) -> Result<(), RunError> {
         .map_err(|source| RunError::Serve { address: args.metrics_address.clone(), source })?;
     info!(%address, "serving /metrics, /healthz and /readyz");
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
-    let http = tokio::spawn(telemetry::serve(listener, state.clone(), stopped(http_stop_rx)));
+    let http = tokio::spawn(telemetry::serve(listener, state.clone(), stopped(http_stop_rx.clone())));
 
-    let result = lead_and_reconcile(&args, client, state.clone(), stop_tx, stop_rx).await;
+    // The receiver serves from the start (a follower answers 503); the index follows the
+    // registrations by watch whether or not this replica leads.
+    let webhook_listener = tokio::net::TcpListener::bind(webhook_address)
+        .await
+        .map_err(|source| RunError::Serve { address: args.webhook_addr.clone(), source })?;
+    info!(address = %webhook_address, "serving the webhook receiver on /hook/<digest>");
+    let index = Arc::new(webhook::Index::default());
+    let receiver = webhook::Receiver::new(index.clone(), webhook_limits(&args), state.metrics.webhook.clone());
+    let webhook_server =
+        tokio::spawn(webhook::serve(webhook_listener, receiver.clone(), stopped(http_stop_rx.clone())));
+    let shard = shard_config(args.shard_selector.as_deref());
+    let keeper = tokio::spawn({
+        let (client, namespace) = (client.clone(), args.namespace.clone());
+        async move { webhook::keep_index(client, &namespace, shard, index, stopped(http_stop_rx)).await }
+    });
+
+    let result = lead_and_reconcile(&args, client, state.clone(), &receiver, stop_tx, stop_rx).await;
     state.set_ready(false);
     let _ = http_stop_tx.send(true);
     let _ = http.await;
+    let _ = webhook_server.await;
+    let _ = keeper.await;
     result
+}
+
+/// The receiver's limits from the flags (the rest are the defaults).
+fn webhook_limits(args: &Args) -> webhook::Limits {
+    let global = args.webhook_global_rate;
+    let registration = args.webhook_registration_rate;
+    webhook::Limits {
+        global_rate: (global > 0).then(|| webhook::Rate::new(f64::from(global), global.saturating_mul(2))),
+        registration_rate: (registration > 0).then(|| webhook::Rate::new(f64::from(registration) / 60.0, 20)),
+        ..webhook::Limits::default()
+    }
 }
 
 /// Builds a client from the environment and checks, briefly, that the API server answers.
@@ -236,12 +281,13 @@ async fn lead_and_reconcile(
     args: &Args,
     client: Client,
     state: Arc<State>,
+    receiver: &webhook::Receiver,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     if !args.leader_elect {
         state.set_leader(true);
-        return reconcile_until_stopped(args, client, state, stop_rx).await;
+        return reconcile_until_stopped(args, client, state, receiver, stop_rx).await;
     }
     let identity = args.identity.clone().or_else(host_name).unwrap_or_else(|| "cdtarget".into());
     let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
@@ -285,7 +331,7 @@ async fn lead_and_reconcile(
         }
         lost
     });
-    let result = reconcile_until_stopped(args, client, state.clone(), stop_rx).await;
+    let result = reconcile_until_stopped(args, client, state.clone(), receiver, stop_rx).await;
     // The watcher task holds a receiver of the lease channel: end it so the lease is released.
     let lost = if lost_lease.is_finished() {
         lost_lease.await.unwrap_or(false)
@@ -306,11 +352,13 @@ fn host_name() -> Option<String> {
     std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty())
 }
 
-/// Runs both controllers until `stop` is set.
+/// Runs both controllers until `stop` is set; the webhook `receiver` triggers the
+/// TenantRepository controller meanwhile.
 async fn reconcile_until_stopped(
     args: &Args,
     client: Client,
     state: Arc<State>,
+    receiver: &webhook::Receiver,
     stop: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     let keda = keda_installed(&client).await.map_err(|source| RunError::Kube { what: "discovering KEDA", source })?;
@@ -348,7 +396,7 @@ async fn reconcile_until_stopped(
     let shard = shard_config(args.shard_selector.as_deref());
     let controller_config = controller::Config::default().concurrency(args.reconcile_concurrency);
 
-    // The webhook receiver will hold a clone of this trigger.
+    // The webhook receiver holds this trigger while the controllers run.
     let (trigger, triggered) = Trigger::new();
     let repositories =
         tenant_repository_controller(&client, &args.namespace, &args.policy_configmap, shard.clone(), triggered)
@@ -394,10 +442,10 @@ async fn reconcile_until_stopped(
     );
     state.set_ready(true);
     info!("reconcilers running");
-    // Keep the trigger alive while the controllers run (the webhook receiver takes clones).
-    let _trigger = trigger;
+    receiver.set_trigger(Some(Arc::new(trigger)));
     tokio::join!(drain("TenantRepository", repositories), drain("CDTarget", targets));
     keda_check.abort();
+    receiver.set_trigger(None);
     info!("reconcilers stopped");
     Ok(())
 }
@@ -790,6 +838,24 @@ mod tests {
         let targets = vec![target("team-a", "agents", "azp-token", None, None)];
         assert!(cdtargets_referencing_secret("team-a", "unrelated", targets.clone()).is_empty());
         assert!(cdtargets_referencing_secret("team-b", "azp-token", targets).is_empty());
+    }
+
+    #[test]
+    fn webhook_rate_flags_become_buckets_and_zero_disables_them() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |extra: &[&str]| Cli::parse_from([&["cdtarget"], extra].concat()).args;
+        let defaults = parse(&[]);
+        assert_eq!(defaults.webhook_addr, ":9292");
+        let limits = webhook_limits(&defaults);
+        assert_eq!(limits.global_rate, Some(webhook::Rate::new(100.0, 200)));
+        assert_eq!(limits.registration_rate, Some(webhook::Rate::new(1.0, 20)));
+        let off = webhook_limits(&parse(&["--webhook-global-rate", "0", "--webhook-registration-rate", "0"]));
+        assert_eq!((off.global_rate, off.registration_rate), (None, None));
     }
 
     #[test]

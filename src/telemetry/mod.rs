@@ -71,6 +71,54 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// Labels of the webhook request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    /// `spec.webhook.type` of the registration (`gitlab`, `github`, `generic-hmac`, `generic`), or
+    /// `none` when the request matched no registration.
+    pub r#type: &'static str,
+    /// `accepted`, `ignored`, `duplicate`, `unauthorized`, `bad_request`, `not_found`,
+    /// `method_not_allowed`, `too_large`, `timeout`, `rate_limited` or `unavailable`.
+    pub result: &'static str,
+}
+
+/// Labels of the webhook handling-time histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookTypeLabels {
+    /// As [`WebhookLabels::type`].
+    pub r#type: &'static str,
+}
+
+/// The webhook receiver's metrics: cheap to clone (the families are shared), so the receiver
+/// holds its own copy. Labels are static strings: never a path, digest or registration name.
+#[derive(Clone, Debug)]
+pub struct WebhookMetrics {
+    /// Requests per registration type and result.
+    pub requests: Family<WebhookLabels, Counter>,
+    /// Time from the request's arrival to the answer, per registration type.
+    pub duration: Family<WebhookTypeLabels, Histogram>,
+}
+
+impl Default for WebhookMetrics {
+    /// Families not registered anywhere (for tests and benchmarks); the controller's are in
+    /// [`Metrics`].
+    fn default() -> Self {
+        WebhookMetrics {
+            requests: Family::default(),
+            // 50 µs .. ~1.6 s
+            duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_05, 2.0, 16))),
+        }
+    }
+}
+
+impl WebhookMetrics {
+    /// Counts one answered request and its handling time.
+    pub fn observe(&self, kind: &'static str, result: &'static str, duration: std::time::Duration) {
+        self.requests.get_or_create(&WebhookLabels { r#type: kind, result }).inc();
+        self.duration.get_or_create(&WebhookTypeLabels { r#type: kind }).observe(duration.as_secs_f64());
+    }
+}
+
 /// The controller's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -86,6 +134,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<KindLabels, Histogram>,
     /// Reconciles per kind and result.
     pub reconciles: Family<ResultLabels, Counter>,
+    /// The webhook receiver's requests and handling time.
+    pub webhook: WebhookMetrics,
 }
 
 impl Default for Metrics {
@@ -121,6 +171,17 @@ impl Default for Metrics {
         registry.register("objects_pruned", "Objects deleted because they left Git", objects_pruned.clone());
         let managed_objects = Family::<RegistrationLabels, Gauge>::default();
         registry.register("managed_objects", "Objects in each registration's inventory", managed_objects.clone());
+        let webhook = WebhookMetrics::default();
+        registry.register(
+            "webhook_requests",
+            "Webhook requests per registration type and result",
+            webhook.requests.clone(),
+        );
+        registry.register(
+            "webhook_request_duration_seconds",
+            "Time from a webhook request's arrival to its answer, per registration type",
+            webhook.duration.clone(),
+        );
         Metrics {
             registry,
             git_fetch_duration,
@@ -129,6 +190,7 @@ impl Default for Metrics {
             managed_objects,
             reconcile_duration,
             reconciles,
+            webhook,
         }
     }
 }
@@ -284,6 +346,18 @@ mod tests {
             text.contains("cdtarget_git_fetch_duration_seconds_count{result=\"AuthenticationFailed\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn metrics_expose_webhook_requests_per_type_and_result() {
+        let metrics = Metrics::default();
+        let receiver = metrics.webhook.clone();
+        receiver.observe("gitlab", "accepted", std::time::Duration::from_micros(300));
+        receiver.observe("none", "not_found", std::time::Duration::from_micros(40));
+        let text = metrics.encode();
+        assert!(text.contains("cdtarget_webhook_requests_total{type=\"gitlab\",result=\"accepted\"} 1"), "{text}");
+        assert!(text.contains("cdtarget_webhook_requests_total{type=\"none\",result=\"not_found\"} 1"), "{text}");
+        assert!(text.contains("cdtarget_webhook_request_duration_seconds_count{type=\"gitlab\"} 1"), "{text}");
     }
 
     #[test]

@@ -15,13 +15,17 @@ use std::time::{Duration, Instant};
 
 use cdtarget::api::CDTarget;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
-use cdtarget::api::tenant_repository::{LocalSecretReference, TenantRepository, TenantRepositorySpec};
+use cdtarget::api::tenant_repository::{
+    LocalSecretReference, TenantRepository, TenantRepositorySpec, WebhookSpec, WebhookType, webhook_path,
+};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
 use cdtarget::controller::run::{Reconciled, Trigger, controllers_on_streams};
 use cdtarget::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, tenant_repository};
 use cdtarget::manifests;
 use cdtarget::source::{Fetcher, Limits};
+use cdtarget::telemetry::WebhookMetrics;
+use cdtarget::webhook;
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::ByteString;
@@ -310,8 +314,8 @@ impl Cluster {
 }
 
 /// The registration: `deploy/` of `repo` over ssh, with the deploy key and the pinned host key
-/// in its Secret.
-async fn register(cluster: &Cluster, sshd: &Sshd, repo: &UpstreamRepo) {
+/// in its Secret, and `webhook` when given.
+async fn register(cluster: &Cluster, sshd: &Sshd, repo: &UpstreamRepo, webhook: Option<WebhookSpec>) {
     let key = sshd.client_key(KeyKind::Ed25519);
     cluster
         .put_secret(PLATFORM, CREDENTIALS, &[("identity", &key.private_key_pem), ("known_hosts", &sshd.known_hosts())])
@@ -324,6 +328,7 @@ async fn register(cluster: &Cluster, sshd: &Sshd, repo: &UpstreamRepo) {
         service_account_name: SERVICE_ACCOUNT.into(),
         prune: true,
         secret_ref: Some(LocalSecretReference { name: CREDENTIALS.into() }),
+        webhook,
         ..TenantRepositorySpec::default()
     };
     let mut registration = TenantRepository::new(REPO, spec);
@@ -346,7 +351,7 @@ async fn e2e_push_and_trigger_applies_new_cdtarget_and_broken_push_stalls() {
     let mut cluster = Cluster::start().await;
     // The tenant's PAT exists before the CDTarget referencing it arrives.
     cluster.put_secret(TENANT, TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
-    register(&cluster, &sshd, &repo).await;
+    register(&cluster, &sshd, &repo, None).await;
 
     // Stand-in for the watches' initial lists at start-up (Init, InitApply per object,
     // InitDone): the registration exists, no CDTarget does yet. The initial list reconciles
@@ -439,5 +444,188 @@ async fn e2e_push_and_trigger_applies_new_cdtarget_and_broken_push_stalls() {
     for (kind, object) in &before {
         assert_eq!(&after[kind], object, "{kind} untouched by the broken push");
     }
+    cluster.shut_down().await;
+}
+
+// === the webhook receiver, end to end ===
+
+const WEBHOOK_SECRET: &str = "team-a-webhook";
+const HOOK_TOKEN: &str = "hook-token-of-team-a";
+const SIGNING_KEY: [u8; 32] = *b"32 bytes of signing key material";
+/// How long the burst test watches for reconciles that should not come.
+const QUIET: Duration = Duration::from_secs(2);
+
+/// The receiver of `cdtarget controller` on 127.0.0.1:0, triggering `cluster`'s controller, its
+/// index kept by the production keeper on event streams this test feeds.
+struct WebhookReceiver {
+    base: String,
+    client: reqwest::Client,
+    index: Arc<webhook::Index>,
+    /// Stands in for the keeper's TenantRepository watch.
+    registrations: mpsc::UnboundedSender<watcher::Event<TenantRepository>>,
+    /// Stands in for the keeper's Secret (metadata) watch: the names of Secrets that changed.
+    _secrets: mpsc::UnboundedSender<String>,
+}
+
+impl WebhookReceiver {
+    async fn start(cluster: &Cluster) -> WebhookReceiver {
+        let index = Arc::new(webhook::Index::default());
+        // No per-registration limit: the burst below is 21 deliveries of one registration.
+        let limits = webhook::Limits { registration_rate: None, ..webhook::Limits::default() };
+        let receiver = webhook::Receiver::new(index.clone(), limits, WebhookMetrics::default());
+        receiver.set_trigger(Some(Arc::new(cluster.trigger.clone())));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let mut stopped = cluster.stop.subscribe();
+        let stop = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        tokio::spawn(webhook::serve(listener, receiver, stop));
+        let (registrations, registration_events) = mpsc::unbounded();
+        let (secrets, secret_events) = mpsc::unbounded::<String>();
+        let mut stopped = cluster.stop.subscribe();
+        tokio::spawn(webhook::keep_index_on_streams(
+            cluster.client.clone(),
+            index.clone(),
+            registration_events.map(Ok),
+            secret_events.map(Ok),
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+        ));
+        WebhookReceiver { base, client: reqwest::Client::new(), index, registrations, _secrets: secrets }
+    }
+
+    /// Posts a signed GitLab push of `after` to `main`, as GitLab 19 sends it with a signing
+    /// token; returns the status.
+    async fn post_push(&self, after: &str, delivery: &str) -> u16 {
+        let fixture = format!("{}/tests/webhook/fixtures/gitlab-push.json", env!("CARGO_MANIFEST_DIR"));
+        let mut push: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+        push["after"] = after.into();
+        push["checkout_sha"] = after.into();
+        let body = serde_json::to_vec(&push).unwrap();
+        let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        let signature = webhook::verify::standard_webhooks_signature(&SIGNING_KEY, delivery, timestamp, &body);
+        let response = self
+            .client
+            .post(format!("{}{}", self.base, webhook_path(HOOK_TOKEN, REPO, PLATFORM)))
+            .header("content-type", "application/json")
+            .header("x-gitlab-event", "Push Hook")
+            .header("x-gitlab-token", HOOK_TOKEN)
+            .header("idempotency-key", delivery)
+            .header("webhook-id", delivery)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body)
+            .send()
+            .await
+            .expect("the receiver answers");
+        response.status().as_u16()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_webhook_post_applies_the_push_and_a_burst_of_deliveries_coalesces() {
+    use base64::Engine as _;
+    let test = "e2e_webhook_post_applies_the_push_and_a_burst_of_deliveries_coalesces";
+    let Some(sshd) = common::skip_or_fail(test, Sshd::start()) else { return };
+    let upstream = Upstream::new();
+    let repo = upstream.create("tenant.git");
+    let first = repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "1"))], "first");
+
+    let mut cluster = Cluster::start().await;
+    cluster.put_secret(TENANT, TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
+    let signing = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(SIGNING_KEY));
+    cluster.put_secret(PLATFORM, WEBHOOK_SECRET, &[("token", HOOK_TOKEN), ("signingToken", &signing)]).await;
+    let hook = WebhookSpec {
+        kind: WebhookType::Gitlab,
+        secret_ref: LocalSecretReference { name: WEBHOOK_SECRET.into() },
+        events: vec![],
+    };
+    register(&cluster, &sshd, &repo, Some(hook)).await;
+    let receiver = WebhookReceiver::start(&cluster).await;
+    let mut index_changes = receiver.index.subscribe();
+
+    // Stand-in for the initial lists of the watches at start-up: the controller's and the
+    // receiver keeper's TenantRepository watches (Init, InitApply, InitDone), and the CDTarget
+    // watch (empty).
+    let registration = cluster.registration().await;
+    for events in [&cluster.registrations, &receiver.registrations] {
+        events.unbounded_send(watcher::Event::Init).unwrap();
+        events.unbounded_send(watcher::Event::InitApply(registration.clone())).unwrap();
+        events.unbounded_send(watcher::Event::InitDone).unwrap();
+    }
+    cluster.targets.unbounded_send(watcher::Event::Init).unwrap();
+    cluster.targets.unbounded_send(watcher::Event::InitDone).unwrap();
+    tokio::time::timeout(DEADLINE, index_changes.changed()).await.expect("the registration is served").unwrap();
+    cluster.repo_reconciles.next_ok("initial list").await;
+    let status = cluster.registration().await.status.expect("status written");
+    assert_eq!(status.last_applied_revision.as_deref(), Some(first.as_str()), "{status:#?}");
+    assert_eq!(status.webhook_path, Some(webhook_path(HOOK_TOKEN, REPO, PLATFORM)), "the path the receiver serves");
+    // Stand-in for the Modified event of that status write (its reconcile is a no-op).
+    cluster.relay_registration().await;
+    cluster.repo_reconciles.next_ok("status Modified event").await;
+
+    // A push, announced by the webhook over HTTP.
+    let second = repo.commit_and_push(&[("deploy/agents.yaml", cdtarget_yaml(TARGET, "10.1.2.3"))], "add agents");
+    let pushed = Instant::now();
+    assert_eq!(receiver.post_push(&second, "delivery-2").await, 202);
+    let answered = pushed.elapsed();
+    cluster
+        .until("the CDTarget applied", || async {
+            cluster.api::<CDTarget>(TENANT).get_opt(TARGET).await.unwrap().filter(|t| t.spec.ip == ["10.1.2.3"])
+        })
+        .await;
+    let cdtarget_applied = pushed.elapsed();
+    // Stand-in for the CDTarget watch's Added event of the object just applied.
+    cluster.relay_target().await;
+    cluster.until("the four children", || async { cluster.children_present().await.then_some(()) }).await;
+    let children_applied = pushed.elapsed();
+    eprintln!(
+        "e2e webhook latency: push -> 202 answered {} ms, push -> CDTarget applied {} ms, push -> four children \
+         applied {} ms",
+        answered.as_millis(),
+        cdtarget_applied.as_millis(),
+        children_applied.as_millis()
+    );
+    cluster.target_reconciles.next_ok("CDTarget Added event").await;
+    cluster.repo_reconciles.next_ok("the webhook's trigger").await;
+    let status = cluster.registration().await.status.expect("status");
+    assert_eq!(status.last_applied_revision.as_deref(), Some(second.as_str()), "{status:#?}");
+    // GitLab's resend of the same delivery triggers nothing.
+    assert_eq!(receiver.post_push(&second, "delivery-2").await, 200);
+
+    // A burst: 20 deliveries at once for the next push, then one more for a push after them.
+    let third = repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "settings 2");
+    let burst = (0..20).map(|i| {
+        let (receiver, third) = (&receiver, &third);
+        async move { receiver.post_push(third, &format!("burst-{i}")).await }
+    });
+    let answers = futures::future::join_all(burst).await;
+    assert!(answers.iter().all(|status| *status == 202), "{answers:?}");
+    let fourth = repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "3"))], "settings 3");
+    assert_eq!(receiver.post_push(&fourth, "after-the-burst").await, 202);
+    // Every delivery reached the controller's trigger stream before the last one; the
+    // controller merges the triggers of an object that is queued or running. Count the
+    // reconciles until the last push is applied, then those that still follow: uncoalesced,
+    // 21 deliveries would be 21 reconciles.
+    let mut reconciles = 0;
+    loop {
+        cluster.repo_reconciles.next_ok("after the burst").await;
+        reconciles += 1;
+        let status = cluster.registration().await.status.expect("status");
+        if status.last_applied_revision.as_deref() == Some(fourth.as_str()) {
+            break;
+        }
+        assert!(reconciles < 21, "the burst was not coalesced");
+    }
+    // That nothing more is queued cannot be signalled, only observed: a quiet period, which can
+    // make this test slower but never fail it wrongly (a queued no-op reconcile takes ~50 ms).
+    while let Ok(Some(item)) = tokio::time::timeout(QUIET, cluster.repo_reconciles.receiver.next()).await {
+        assert!(item.is_ok(), "{item:?}");
+        reconciles += 1;
+        assert!(reconciles <= 3, "21 deliveries took more than 3 reconciles");
+    }
+    eprintln!("e2e webhook burst: 21 deliveries accepted, {reconciles} reconciles in all");
     cluster.shut_down().await;
 }

@@ -122,3 +122,55 @@ fn crds_command_prints_the_committed_crds() {
         assert!(stdout.contains(&committed), "{file} is not part of `cdtarget crds`");
     }
 }
+
+#[test]
+fn webhook_path_prints_the_status_path_from_a_token_file_or_stdin() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+
+    let expected = cdtarget::api::tenant_repository::webhook_path("s3cret", "team-a", "cdtarget-system");
+    let dir = temp_dir("webhook-path");
+    let token = dir.join("token");
+    // As `echo s3cret > token` writes it: the trailing newline is not part of the token.
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let args = ["webhook-path", "--name", "team-a", "--namespace", "cdtarget-system", "--token-file"];
+    let out = cdtarget(&[&args[..], &[token.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{expected}\n"));
+    assert!(out.stderr.is_empty());
+
+    let with_url = [&args[..], &[token.to_str().unwrap(), "--base-url", "https://hooks.example.com/"]].concat();
+    let out = cdtarget(&with_url);
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("https://hooks.example.com{expected}\n"));
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdtarget"))
+        .args([&args[..], &["-"]].concat())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    child.stdin.take().unwrap().write_all(b"s3cret").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{expected}\n"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn webhook_path_reports_a_missing_or_empty_token_file_and_usage_errors() {
+    let dir = temp_dir("webhook-path-bad");
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let base = ["webhook-path", "--name", "a", "--namespace", "b", "--token-file"];
+    let out = cdtarget(&[&base[..], &[empty.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the token is empty"), "{:?}", out.stderr);
+    let missing = dir.join("missing");
+    let out = cdtarget(&[&base[..], &[missing.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing"), "the file is named");
+    assert_eq!(cdtarget(&["webhook-path", "--name", "a"]).status.code(), Some(2), "missing flags are usage errors");
+    std::fs::remove_dir_all(dir).unwrap();
+}

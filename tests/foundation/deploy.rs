@@ -161,6 +161,10 @@ fn tenant_repository_example_is_a_tenant_repository() {
     assert!(ca.is_none());
     let hook = find(secrets, "Secret", &webhook.secret_ref.name);
     assert!(hook.pointer("/stringData/token").and_then(Value::as_str).is_some_and(|t| !t.is_empty()));
+    // The webhook receiver serves the example as it stands.
+    let served = cdtarget::webhook::Registration::from_parts(&repo, Some(&string_data(&hook)));
+    let served = served.expect("served").expect("has a webhook");
+    assert!(served.warnings().is_empty(), "{:?}", served.warnings());
 
     let https = find(secrets, "Secret", "team-payments-git-https");
     let (_, ca) = credentials_from_secret(&string_data(&https)).expect("the HTTPS template is accepted");
