@@ -1,5 +1,6 @@
-//! The command line: `render`, `validate`, `crds` and `controller`.
+//! The command line: `render`, `validate`, `crds`, `controller` and `gitlab-sync`.
 
+pub mod gitlab_sync;
 mod remote;
 
 use std::fs;
@@ -57,6 +58,9 @@ pub enum Command {
     /// Run the controller against the cluster of the environment (in-cluster or kubeconfig):
     /// both reconcilers, leader election, `/metrics`, `/healthz` and `/readyz`.
     Controller(crate::controller::run::Args),
+    /// Put the registration's read-only deploy key and webhook on its GitLab project (or remove
+    /// them with `--delete`) exactly as the controller does, once; `--dry-run` prints the calls.
+    GitlabSync(gitlab_sync::GitLabSyncArgs),
 }
 
 /// The tenant repository and the platform settings it is rendered with.
@@ -118,9 +122,11 @@ pub enum Output {
 /// 2 usage errors.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Controller(args) = cli.command {
-        return crate::controller::run::main(args);
-    }
+    let cli = match cli.command {
+        Command::Controller(args) => return crate::controller::run::main(args),
+        Command::GitlabSync(args) => return gitlab_sync::main(&args),
+        command => Cli { command },
+    };
     let stdout = io::stdout();
     let stderr = io::stderr();
     let result = match cli.command {
@@ -128,7 +134,7 @@ pub fn main() -> ExitCode {
         Command::Validate { source, output } => validate_command(&source, output, &mut stdout.lock()),
         Command::Crds { output_dir: None } => stdout.lock().write_all(crds_yaml().as_bytes()).map(|()| true),
         Command::Crds { output_dir: Some(dir) } => write_crds(&dir).map(|()| true),
-        Command::Controller(_) => unreachable!("handled above"),
+        Command::Controller(_) | Command::GitlabSync(_) => unreachable!("handled above"),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
