@@ -19,6 +19,7 @@
 // Each test binary uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod fake_gitlab;
 pub mod git_daemon;
 pub mod http_git;
 pub mod process;
