@@ -107,13 +107,15 @@ impl Clock for SystemClock {
 /// How often and how long the client retries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// Attempts per request, the first included (5xx, connection failures, 429).
+    /// Attempts per request, the first included, when it meets 5xx or connection failures
+    /// (429s do not count here).
     pub max_attempts: u32,
     /// First backoff after a 5xx or a connection failure; doubled each time, with jitter.
     pub base_backoff: Duration,
     /// Longest single backoff.
     pub max_backoff: Duration,
-    /// Longest wait for a 429 the client accepts; a longer one is returned as
+    /// Longest total wait for 429s one request accepts (`Retry-After`, `RateLimit-Reset`, or
+    /// backoff for an application limit that names no time); beyond it the request fails with
     /// [`ErrorKind::RateLimited`] so the caller requeues instead of holding a worker.
     pub max_rate_limit_wait: Duration,
 }
@@ -363,8 +365,10 @@ struct Inner {
     max_body_bytes: usize,
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
-    /// Nobody sends before this moment: set by 429s and by `RateLimit-Remaining: 0`.
-    paused_until: Mutex<Option<SystemTime>>,
+    /// The shared view of GitLab's throttle window.
+    gate: Mutex<Gate>,
+    /// Woken whenever a request is answered (or fails): the gate may open.
+    answered: tokio::sync::Notify,
     stats: Mutex<ClientStats>,
     jitter: AtomicU64,
 }
@@ -372,6 +376,59 @@ struct Inner {
 impl fmt::Debug for GitLabClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GitLabClient").field("api", &self.inner.api.as_str()).finish_non_exhaustive()
+    }
+}
+
+/// What the client knows of GitLab's throttle window (`RateLimit-Remaining` and
+/// `RateLimit-Reset`, which newer GitLab sends on every answer when the throttle is on).
+///
+/// GitLab's count when it answered a request is exact; requests still in flight may or may not
+/// be in it. So `remaining - in_flight` never overestimates what is left: a request is sent only
+/// while that is positive. At zero with requests in flight, their answers are awaited (they
+/// sharpen the count); at zero with none, the window's end is.
+#[derive(Default)]
+struct Gate {
+    /// Nobody sends before this moment (a 429's `Retry-After`).
+    paused_until: Option<SystemTime>,
+    /// The lowest `RateLimit-Remaining` answered in the current window.
+    remaining: Option<i64>,
+    /// When the current window ends.
+    reset: Option<SystemTime>,
+    /// Requests sent and not answered yet.
+    in_flight: i64,
+}
+
+/// A request counted in the gate until it is answered or fails.
+struct InFlight<'a> {
+    client: &'a GitLabClient,
+}
+
+impl InFlight<'_> {
+    /// Takes `RateLimit-Remaining` and `-Reset` of an answer.
+    fn observe(&self, headers: &HeaderMap) {
+        let (Some(left), Some(reset)) =
+            (header_u64(headers, "ratelimit-remaining"), header_u64(headers, "ratelimit-reset"))
+        else {
+            return;
+        };
+        let left = i64::try_from(left).unwrap_or(i64::MAX);
+        let reset = UNIX_EPOCH + Duration::from_secs(reset);
+        let mut gate = self.client.gate();
+        match gate.reset {
+            Some(known) if known > reset => {} // an answer from a window already over
+            Some(known) if known == reset => gate.remaining = Some(gate.remaining.map_or(left, |r| r.min(left))),
+            _ => {
+                gate.reset = Some(reset);
+                gate.remaining = Some(left);
+            }
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.client.gate().in_flight -= 1;
+        self.client.inner.answered.notify_waiters();
     }
 }
 
@@ -416,7 +473,8 @@ impl GitLabClient {
                 max_body_bytes: config.max_body_bytes,
                 retry: config.retry,
                 clock: config.clock,
-                paused_until: Mutex::new(None),
+                gate: Mutex::new(Gate::default()),
+                answered: tokio::sync::Notify::new(),
                 stats: Mutex::new(ClientStats::default()),
                 jitter: AtomicU64::new(seed | 1),
             }),
@@ -561,11 +619,15 @@ impl GitLabClient {
     async fn send(&self, method: Method, url: Url, body: Option<&Value>, what: &str) -> Result<Answer, GitLabError> {
         let inner = &self.inner;
         let idempotent = method != Method::POST;
+        // Failures (5xx, connection) count against `max_attempts`; 429s against the time
+        // waited for them, since a per-minute window can take longer than a few attempts.
         let mut attempt = 0;
+        let mut throttles = 0;
+        let mut throttled_for = Duration::ZERO;
         loop {
             attempt += 1;
-            self.wait_for_gate().await;
-            self.count(&method, attempt > 1);
+            let sent = self.acquire().await;
+            self.count(&method, attempt + throttles > 1);
             let mut request =
                 inner.http.request(method.clone(), url.clone()).header("PRIVATE-TOKEN", inner.token.clone());
             if let Some(body) = body {
@@ -577,6 +639,7 @@ impl GitLabClient {
                 // A POST that timed out may have been carried out: not sent twice (the next
                 // reconcile lists and sees). A refused connection never reached GitLab.
                 Err(e) if !last && (e.is_connect() || (e.is_timeout() && idempotent)) => {
+                    drop(sent);
                     inner.clock.sleep(self.backoff(attempt)).await;
                     continue;
                 }
@@ -584,16 +647,19 @@ impl GitLabClient {
             };
             let status = response.status();
             let headers = response.headers().clone();
-            self.note_rate_limit(&headers);
+            sent.observe(&headers);
+            drop(sent);
             if status == StatusCode::TOO_MANY_REQUESTS {
                 inner.stats.lock().unwrap_or_else(|e| e.into_inner()).throttled += 1;
                 let body = read_body(response, 4096).await.unwrap_or_default();
-                let wait = self.rate_limit_wait(&headers, attempt);
-                if last || wait > inner.retry.max_rate_limit_wait {
+                attempt -= 1;
+                throttles += 1;
+                let (wait, announced) = self.rate_limit_wait(&headers, throttles);
+                if throttled_for + wait > inner.retry.max_rate_limit_wait {
                     let mut error = GitLabError::new(
                         ErrorKind::RateLimited,
                         format!(
-                            "{what}: GitLab rate limit ({}); asked to wait {}s",
+                            "{what}: GitLab rate limit ({}); asked to wait {}s more",
                             error_text(&body),
                             wait.as_secs_f64().ceil()
                         ),
@@ -602,7 +668,14 @@ impl GitLabClient {
                     error.retry_after = Some(wait);
                     return Err(error);
                 }
-                self.pause_until(inner.clock.now() + wait);
+                throttled_for += wait;
+                if announced {
+                    // The throttle counts every request of the token: everyone waits.
+                    self.pause_until(inner.clock.now() + wait);
+                } else {
+                    // An application limit of one endpoint: only this request backs off.
+                    inner.clock.sleep(wait).await;
+                }
                 continue;
             }
             if status.is_server_error() && !last {
@@ -628,43 +701,84 @@ impl GitLabClient {
         }
     }
 
-    async fn wait_for_gate(&self) {
-        let until = *self.inner.paused_until.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(until) = until
-            && let Ok(wait) = until.duration_since(self.inner.clock.now())
-            && !wait.is_zero()
-        {
-            self.inner.clock.sleep(wait).await;
+    /// Waits while the gate is closed (a 429 asked everyone to wait, or what is left of the
+    /// window may all be taken by requests in flight), then counts this request in.
+    async fn acquire(&self) -> InFlight<'_> {
+        enum Step {
+            Go,
+            AwaitAnswer,
+            Sleep(Duration),
         }
+        let clock = &self.inner.clock;
+        loop {
+            let answered = self.inner.answered.notified();
+            tokio::pin!(answered);
+            let step = {
+                let mut gate = self.gate();
+                let now = clock.now();
+                if gate.reset.is_some_and(|reset| now >= reset) {
+                    gate.remaining = None;
+                    gate.reset = None;
+                }
+                let pause = gate.paused_until.and_then(|until| until.duration_since(now).ok()).unwrap_or_default();
+                match gate.remaining {
+                    _ if !pause.is_zero() => Step::Sleep(pause),
+                    Some(left) if left - gate.in_flight <= 0 && gate.in_flight > 0 => {
+                        // Registered under the lock: an answer arriving now still wakes us.
+                        answered.as_mut().enable();
+                        Step::AwaitAnswer
+                    }
+                    Some(left) if left <= 0 => {
+                        Step::Sleep(gate.reset.and_then(|reset| reset.duration_since(now).ok()).unwrap_or_default())
+                    }
+                    _ => {
+                        gate.in_flight += 1;
+                        Step::Go
+                    }
+                }
+            };
+            match step {
+                Step::Go => return InFlight { client: self },
+                Step::AwaitAnswer => answered.await,
+                Step::Sleep(wait) => {
+                    clock.sleep(wait).await;
+                    // What was waited for is over (also when the clock only pretends to wait).
+                    let mut gate = self.gate();
+                    if gate.paused_until.is_some_and(|until| until <= clock.now() + wait) {
+                        gate.paused_until = None;
+                    }
+                    if gate.remaining.is_some_and(|left| left <= 0) {
+                        gate.remaining = None;
+                        gate.reset = None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.inner.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn pause_until(&self, until: SystemTime) {
-        let mut paused = self.inner.paused_until.lock().unwrap_or_else(|e| e.into_inner());
-        if paused.is_none_or(|current| current < until) {
-            *paused = Some(until);
+        let mut gate = self.gate();
+        if gate.paused_until.is_none_or(|current| current < until) {
+            gate.paused_until = Some(until);
         }
     }
 
-    /// `RateLimit-Remaining: 0` on any answer: hold every request until `RateLimit-Reset`
-    /// rather than collect 429s.
-    fn note_rate_limit(&self, headers: &HeaderMap) {
-        if header_u64(headers, "ratelimit-remaining") == Some(0)
-            && let Some(reset) = header_u64(headers, "ratelimit-reset")
-        {
-            self.pause_until(UNIX_EPOCH + Duration::from_secs(reset));
-        }
-    }
-
-    /// `Retry-After` (seconds) when sent, else `RateLimit-Reset` (Unix seconds), else backoff.
-    fn rate_limit_wait(&self, headers: &HeaderMap, attempt: u32) -> Duration {
+    /// `Retry-After` (seconds) when sent, else `RateLimit-Reset` (Unix seconds), else backoff;
+    /// and whether GitLab announced the wait (a throttle of the whole token).
+    fn rate_limit_wait(&self, headers: &HeaderMap, throttles: u32) -> (Duration, bool) {
         if let Some(seconds) = header_u64(headers, "retry-after") {
-            return Duration::from_secs(seconds);
+            return (Duration::from_secs(seconds), true);
         }
         if let Some(reset) = header_u64(headers, "ratelimit-reset") {
             let reset = UNIX_EPOCH + Duration::from_secs(reset);
-            return reset.duration_since(self.inner.clock.now()).unwrap_or_default().max(Duration::from_millis(100));
+            let wait = reset.duration_since(self.inner.clock.now()).unwrap_or_default();
+            return (wait.max(Duration::from_millis(100)), true);
         }
-        self.backoff(attempt)
+        (self.backoff(throttles), false)
     }
 
     /// `base * 2^(attempt-1)`, capped, with jitter in its upper half.

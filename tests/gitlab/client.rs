@@ -102,13 +102,28 @@ async fn throttled_requests_without_retry_after_wait_until_ratelimit_reset() {
 async fn application_rate_limit_without_headers_backs_off_and_retries() {
     let fake = FakeGitLab::start();
     fake.add_project("team-a/app");
-    fake.inject(Some("GET"), Some("/projects/:id"), Fault::AppRateLimit, 2);
+    // More 429s than `max_attempts` (4): rate limits are bounded by time waited, not attempts.
+    fake.inject(Some("GET"), Some("/projects/:id"), Fault::AppRateLimit, 6);
     let clock = TestClock::default();
     client(&fake, &clock).project("team-a/app").await.unwrap();
-    assert_eq!(fake.counts().route("GET /projects/:id"), 3);
+    assert_eq!(fake.counts().route("GET /projects/:id"), 7);
     let waits = clock.waits();
-    assert_eq!(waits.len(), 2, "{waits:?}");
-    assert!(waits[1] >= waits[0] / 2 && waits.iter().all(|w| *w <= Duration::from_secs(2)), "backoff {waits:?}");
+    assert_eq!(waits.len(), 6, "{waits:?}");
+    assert!(waits[0] <= Duration::from_millis(200) && waits[5] >= Duration::from_secs(1), "growing: {waits:?}");
+    assert!(waits.iter().all(|w| *w <= Duration::from_secs(2)), "capped: {waits:?}");
+}
+
+#[tokio::test]
+async fn an_application_rate_limit_that_never_lifts_ends_as_rate_limited() {
+    let fake = FakeGitLab::start();
+    fake.add_project("team-a/app");
+    fake.inject(Some("GET"), Some("/projects/:id"), Fault::AppRateLimit, 1000);
+    let clock = TestClock::default();
+    let error = client(&fake, &clock).project("team-a/app").await.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::RateLimited);
+    assert!(error.message.contains("This endpoint has been requested too many times"), "{error}");
+    let waited: Duration = clock.waits().iter().sum();
+    assert!(waited <= Duration::from_secs(60) && waited > Duration::from_secs(55), "the budget: {waited:?}");
 }
 
 #[tokio::test]
@@ -224,7 +239,7 @@ async fn a_shared_client_pauses_every_sync_when_gitlab_says_the_window_is_used_u
     let counts = fake.counts();
     assert_eq!(counts.status(201), 16, "a key and a hook per registration");
     assert_eq!(counts.total() - counts.status(429), 8 * 5, "lookup, two listings, two creations each");
-    assert_eq!(client.stats().throttled as usize, counts.status(429));
+    assert_eq!(counts.status(429), 0, "the client stops when the window's requests are taken: {:?}", fake.log());
 }
 
 #[tokio::test]
