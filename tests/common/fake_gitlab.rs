@@ -10,7 +10,7 @@
 //! Self-contained (std, axum, tokio, reqwest, serde_json, sha2, hmac, base64) so the benchmark
 //! can include it with `#[path]`. The server runs on its own runtime thread and stops on drop.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
