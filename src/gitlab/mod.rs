@@ -253,7 +253,18 @@ pub async fn resolve_project(client: &GitLabClient, project: &ProjectRef) -> Res
 /// Reads what is on the project and plans the sync, writing nothing (`--dry-run`): the keys
 /// (hooks) are listed only when the registration manages them.
 pub async fn plan_sync(client: &GitLabClient, input: &SyncInput) -> Result<Plan, GitLabError> {
-    let project_id = resolve_project(client, &input.project).await?;
+    match plan_sync_at(client, input, resolve_project(client, &input.project).await?).await {
+        // The recorded id is gone (project deleted, maybe made again at the same path): the
+        // path decides, once.
+        Err(e) if e.kind == ErrorKind::ProjectNotFound && input.project.id.is_some() => {
+            let project_id = client.project(&input.project.path).await?.id;
+            plan_sync_at(client, input, project_id).await
+        }
+        other => other,
+    }
+}
+
+async fn plan_sync_at(client: &GitLabClient, input: &SyncInput, project_id: i64) -> Result<Plan, GitLabError> {
     let keys = match input.desired.key {
         Some(_) => client.deploy_keys(project_id).await?,
         None => Vec::new(),

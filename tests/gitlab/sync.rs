@@ -49,6 +49,20 @@ async fn a_new_registration_gets_a_read_only_key_and_a_push_hook_then_costs_two_
 }
 
 #[tokio::test]
+async fn a_recorded_project_id_that_is_gone_is_looked_up_again_by_path() {
+    let fake = FakeGitLab::start();
+    let old = fake.add_project(PROJECT);
+    let client = client(&fake, &TestClock::default());
+    let (repo, pair) = (registration("app", PROJECT), pair());
+    let outcome = gitlab::sync(&client, &input(&repo, &pair, EXTERNAL_URL)).await.unwrap();
+    fake.delete_project(old);
+    let new = fake.add_project(PROJECT);
+    let again = gitlab::sync(&client, &input(&with_status(repo, &outcome), &pair, EXTERNAL_URL)).await.unwrap();
+    assert_eq!(again.project_id, new);
+    assert_eq!((fake.deploy_keys(new).len(), fake.hooks(new).len()), (1, 1));
+}
+
+#[tokio::test]
 async fn a_tag_registration_gets_tag_push_events_for_all_branches() {
     let fake = FakeGitLab::start();
     let id = fake.add_project(PROJECT);
