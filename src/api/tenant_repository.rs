@@ -207,6 +207,10 @@ pub struct GitLabStatus {
     /// Numeric project id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<i64>,
+    /// The project path `projectId` was resolved from; the id is reused only while
+    /// `spec.gitlab.project` (or the URL) names the same path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_path: Option<String>,
     /// Id of the deploy key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy_key_id: Option<i64>,

@@ -1,5 +1,7 @@
-//! The command line: `render`, `validate`, `crds`, `controller` and `webhook-path`.
+//! The command line: `render`, `validate`, `crds`, `controller`, `webhook-path` and
+//! `gitlab-sync`.
 
+pub mod gitlab_sync;
 mod remote;
 pub mod webhook_path;
 
@@ -61,6 +63,9 @@ pub enum Command {
     /// Print a registration's webhook path (`/hook/<digest>`), as in its `status.webhookPath`,
     /// or with `--base-url` the full URL to paste into the Git host's webhook settings.
     WebhookPath(webhook_path::WebhookPathArgs),
+    /// Put the registration's read-only deploy key and webhook on its GitLab project (or remove
+    /// them with `--delete`) exactly as the controller does, once; `--dry-run` prints the calls.
+    GitlabSync(gitlab_sync::GitLabSyncArgs),
 }
 
 /// The tenant repository and the platform settings it is rendered with.
@@ -122,9 +127,11 @@ pub enum Output {
 /// 2 usage errors.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Controller(args) = cli.command {
-        return crate::controller::run::main(args);
-    }
+    let cli = match cli.command {
+        Command::Controller(args) => return crate::controller::run::main(args),
+        Command::GitlabSync(args) => return gitlab_sync::main(&args),
+        command => Cli { command },
+    };
     let stdout = io::stdout();
     let stderr = io::stderr();
     let result = match cli.command {
@@ -135,7 +142,7 @@ pub fn main() -> ExitCode {
         Command::WebhookPath(args) => {
             webhook_path::webhook_path_command(&args, &mut io::stdin().lock(), &mut stdout.lock(), &mut stderr.lock())
         }
-        Command::Controller(_) => unreachable!("handled above"),
+        Command::Controller(_) | Command::GitlabSync(_) => unreachable!("handled above"),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
-//! Real git servers on 127.0.0.1 for the tests of the Git source and the end-to-end tests.
+//! Real git servers on 127.0.0.1 for the tests of the Git source and the end-to-end tests, and a
+//! stateful fake GitLab (`fake_gitlab`) for the GitLab syncer's tests and benchmark.
 //!
 //! Use it from `tests/<name>.rs` with `mod common;` (from `tests/<area>/main.rs`:
 //! `#[path = "../common/mod.rs"] mod common;`), then, for example:
@@ -20,6 +21,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod api_bridge;
+pub mod fake_gitlab;
 pub mod git_daemon;
 pub mod http_git;
 pub mod process;
