@@ -4,6 +4,7 @@
 pub mod cdtarget;
 pub mod conditions;
 pub mod events;
+pub mod gitlab_step;
 pub mod run;
 pub mod tenant_repository;
 

@@ -27,6 +27,7 @@ use crate::api::keda::{ScaledObject, TriggerAuthentication};
 use crate::api::labels;
 use crate::api::{CDTarget, TenantRepository};
 use crate::controller::{cdtarget, tenant_repository};
+use crate::gitlab;
 use crate::render;
 use crate::source::{self, Fetcher};
 use crate::telemetry::{self, LogFormat, State};
@@ -95,6 +96,60 @@ pub struct Args {
     /// Log level or filter (`info`, `debug`, `info,kube=warn`, ...).
     #[arg(long, env = "CDTARGET_LOG_LEVEL", default_value = "info", value_name = "FILTER")]
     pub log_level: String,
+    /// GitLab base URL (e.g. `https://gitlab.example.com`): registrations with `spec.gitlab` get
+    /// their deploy key and webhook managed. Needs the three flags below.
+    #[arg(long, env = "CDTARGET_GITLAB_URL", value_name = "URL")]
+    pub gitlab_url: Option<String>,
+    /// File holding the GitLab bot token (scope `api`, Maintainer), e.g. a mounted Secret.
+    #[arg(long, env = "CDTARGET_GITLAB_TOKEN_FILE", value_name = "FILE")]
+    pub gitlab_token_file: Option<PathBuf>,
+    /// File holding the `known_hosts` lines of the GitLab SSH server, written into generated
+    /// key pair Secrets (no trust on first use).
+    #[arg(long, env = "CDTARGET_GITLAB_KNOWN_HOSTS_FILE", value_name = "FILE")]
+    pub gitlab_known_hosts_file: Option<PathBuf>,
+    /// The receiver's URL as GitLab reaches it (e.g. `https://cd.example.com`); webhooks point
+    /// at this URL + `/hook/<digest>`.
+    #[arg(long, env = "CDTARGET_WEBHOOK_EXTERNAL_URL", value_name = "URL")]
+    pub webhook_external_url: Option<String>,
+}
+
+/// The GitLab settings from the flags: `None` without `--gitlab-url`; every companion flag is
+/// then required, and the files must be readable (the token never appears in an error).
+pub fn gitlab_settings(args: &Args) -> Result<Option<tenant_repository::GitLabSettings>, String> {
+    let Some(url) = args.gitlab_url.as_deref().filter(|u| !u.trim().is_empty()) else {
+        let given = [
+            ("--gitlab-token-file", args.gitlab_token_file.is_some()),
+            ("--gitlab-known-hosts-file", args.gitlab_known_hosts_file.is_some()),
+            ("--webhook-external-url", args.webhook_external_url.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(format!("{flag} is set but --gitlab-url is not"));
+        }
+        return Ok(None);
+    };
+    let missing = |flag: &str| format!("--gitlab-url is set: {flag} is required too");
+    let token_file = args.gitlab_token_file.as_deref().ok_or_else(|| missing("--gitlab-token-file"))?;
+    let known_hosts_file =
+        args.gitlab_known_hosts_file.as_deref().ok_or_else(|| missing("--gitlab-known-hosts-file"))?;
+    let external = args.webhook_external_url.as_deref().ok_or_else(|| missing("--webhook-external-url"))?;
+    gitlab::receiver_url(external, "/").map_err(|e| e.to_string())?;
+    let token =
+        gitlab::Secret::from_file(token_file, "the GitLab token").map_err(|e| format!("--gitlab-token-file: {e}"))?;
+    let known_hosts = std::fs::read_to_string(known_hosts_file)
+        .map_err(|e| format!("--gitlab-known-hosts-file {}: {e}", known_hosts_file.display()))?;
+    if known_hosts.trim().is_empty() {
+        return Err(format!(
+            "--gitlab-known-hosts-file {} is empty; put the GitLab SSH host keys in it (ssh-keyscan)",
+            known_hosts_file.display()
+        ));
+    }
+    let client =
+        gitlab::GitLabClient::new(gitlab::ClientConfig::new(url, token)).map_err(|e| format!("--gitlab-url: {e}"))?;
+    Ok(Some(tenant_repository::GitLabSettings {
+        client,
+        webhook_external_url: external.trim().to_owned(),
+        known_hosts,
+    }))
 }
 
 /// Why the controller stopped.
@@ -175,6 +230,8 @@ pub fn main(args: Args) -> ExitCode {
 /// (while leading).
 pub async fn run(args: Args) -> Result<(), RunError> {
     let address = telemetry::parse_listen_address(&args.metrics_address).map_err(RunError::Flag)?;
+    // Bad GitLab flags stop the start-up, before anything connects.
+    gitlab_settings(&args).map_err(RunError::Flag)?;
     let webhook_address = telemetry::parse_listen_address(&args.webhook_addr)
         .map_err(|e| RunError::Flag(format!("--webhook-addr: {e}")))?;
     let client = connect(API_CHECK_TIMEOUT).await?;
@@ -378,13 +435,19 @@ async fn reconcile_until_stopped(
         client.clone(),
         kube::runtime::events::Reporter { controller: "cdtarget".into(), instance },
     );
-    let repo_ctx = Arc::new(
-        tenant_repository::Context::new(client.clone(), fetcher, &args.namespace, &args.policy_configmap)
-            .with_recorder(recorder.clone())
-            .with_observer(Arc::new(move |report: &tenant_repository::ApplyReport| {
-                apply_metrics.metrics.observe_apply(&report.registration, report.applied, report.pruned, report.managed)
-            })),
-    );
+    let mut repo_ctx =
+        tenant_repository::Context::new(client.clone(), fetcher, &args.namespace, &args.policy_configmap);
+    match gitlab_settings(args).map_err(RunError::Flag)? {
+        Some(settings) => repo_ctx = repo_ctx.with_gitlab(settings),
+        None => {
+            info!("no --gitlab-url: registrations with spec.gitlab report GitLabSynced=False (GitLabNotConfigured)")
+        }
+    }
+    let repo_ctx = Arc::new(repo_ctx.with_recorder(recorder.clone()).with_observer(Arc::new(
+        move |report: &tenant_repository::ApplyReport| {
+            apply_metrics.metrics.observe_apply(&report.registration, report.applied, report.pruned, report.managed)
+        },
+    )));
     let keda_flag = cdtarget::Keda::new(keda);
     let target_ctx = Arc::new(cdtarget::Context {
         client: client.clone(),
@@ -856,6 +919,49 @@ mod tests {
         assert_eq!(limits.registration_rate, Some(webhook::Rate::new(1.0, 20)));
         let off = webhook_limits(&parse(&["--webhook-global-rate", "0", "--webhook-registration-rate", "0"]));
         assert_eq!((off.global_rate, off.registration_rate), (None, None));
+    }
+
+    #[test]
+    fn gitlab_flags_come_together_and_never_show_the_token() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |extra: &[&str]| Cli::parse_from([&["cdtarget"], extra].concat()).args;
+        assert!(gitlab_settings(&parse(&[])).unwrap().is_none());
+        let error = gitlab_settings(&parse(&["--webhook-external-url", "https://cd.example.com"])).unwrap_err();
+        assert!(error.contains("--gitlab-url is not"), "{error}");
+        let error = gitlab_settings(&parse(&["--gitlab-url", "https://gitlab.example.com"])).unwrap_err();
+        assert!(error.contains("--gitlab-token-file is required"), "{error}");
+
+        let dir = std::env::temp_dir().join(format!("cdtarget-gitlab-flags-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (token, hosts) = (dir.join("token"), dir.join("known_hosts"));
+        std::fs::write(&token, "glpat-secret-value\n").unwrap();
+        std::fs::write(&hosts, "").unwrap();
+        let full = |url: &str| {
+            parse(&[
+                "--gitlab-url",
+                "https://gitlab.example.com",
+                "--gitlab-token-file",
+                token.to_str().unwrap(),
+                "--gitlab-known-hosts-file",
+                hosts.to_str().unwrap(),
+                "--webhook-external-url",
+                url,
+            ])
+        };
+        let error = gitlab_settings(&full("https://cd.example.com")).unwrap_err();
+        assert!(error.contains("is empty") && !error.contains("glpat"), "{error}");
+        std::fs::write(&hosts, "gitlab.example.com ssh-ed25519 AAAA\n").unwrap();
+        let error = gitlab_settings(&full("ftp://cd.example.com")).unwrap_err();
+        assert!(error.contains("--webhook-external-url"), "{error}");
+        let settings = gitlab_settings(&full("https://cd.example.com/")).unwrap().unwrap();
+        assert_eq!(settings.webhook_external_url, "https://cd.example.com/");
+        assert!(settings.known_hosts.starts_with("gitlab.example.com"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -26,6 +26,8 @@ use crate::api::tenant_repository::{
 use crate::apply::server_side::{self, ClientFor};
 use crate::apply::{inventory_of, prune_plan};
 use crate::controller::conditions::{self, Health, READY};
+use crate::controller::gitlab_step::{self, GitLabStep};
+use crate::gitlab;
 use crate::manifests::{self, ApplySet, Content};
 use crate::policy::Policy;
 use crate::problem::Problem;
@@ -76,6 +78,31 @@ pub struct Context {
     pub recorder: Option<kube::runtime::events::Recorder>,
     /// Told what a reconcile did, for metrics.
     pub observer: Option<ApplyObserver>,
+    /// The GitLab syncer's settings; `None` when the controller runs without `--gitlab-url`
+    /// (registrations with `spec.gitlab` then report `GitLabSynced=False`, `GitLabNotConfigured`).
+    pub gitlab: Option<GitLabSettings>,
+}
+
+/// What the controller needs to manage deploy keys and webhooks on GitLab.
+#[derive(Clone)]
+pub struct GitLabSettings {
+    /// The REST client with the bot token (shared by every registration: one rate-limit gate).
+    pub client: gitlab::GitLabClient,
+    /// Where GitLab reaches the receiver (`--webhook-external-url`), e.g. `https://cd.example.com`.
+    pub webhook_external_url: String,
+    /// The pinned host keys of the GitLab SSH server, written as `known_hosts` into generated
+    /// Secrets (never learnt from the server).
+    pub known_hosts: String,
+}
+
+impl std::fmt::Debug for GitLabSettings {
+    /// The client (and its token) is left out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitLabSettings")
+            .field("webhook_external_url", &self.webhook_external_url)
+            .field("known_hosts", &self.known_hosts)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What one reconcile did to the cluster.
@@ -106,7 +133,14 @@ impl Context {
             manifest_limits: manifests::Limits::default(),
             recorder: None,
             observer: None,
+            gitlab: None,
         }
+    }
+
+    /// Manages deploy keys and webhooks of registrations with `spec.gitlab` through `settings`.
+    pub fn with_gitlab(mut self, settings: GitLabSettings) -> Self {
+        self.gitlab = Some(settings);
+        self
     }
 
     /// Reports what every reconcile did to `observer`.
@@ -157,6 +191,17 @@ pub enum Error {
     /// Applying or pruning an object failed.
     #[error(transparent)]
     Apply(#[from] server_side::ApplyError),
+    /// Writing an object (finalizers, the key pair Secret) failed.
+    #[error("{what} {name}: {source}")]
+    Write {
+        /// What was being written.
+        what: &'static str,
+        /// `namespace/name`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// Writing status failed.
     #[error("writing the status of TenantRepository {name}: {source}")]
     Status {
@@ -176,6 +221,7 @@ impl Error {
             Error::Read { source, .. }
             | Error::Impersonate { source, .. }
             | Error::Status { source, .. }
+            | Error::Write { source, .. }
             | Error::Apply(server_side::ApplyError { source, .. }) => source,
         };
         api_error_class(source)
@@ -190,6 +236,7 @@ impl Error {
             Error::Apply(e) if e.verb == server_side::DELETING => "prune",
             Error::Apply(_) => "apply",
             Error::Status { .. } => "status",
+            Error::Write { .. } => "write",
         }
     }
 }
@@ -389,6 +436,9 @@ pub struct Plan {
     pub record: Option<Record>,
     /// When to reconcile again; `None` waits for a change of the registration.
     pub requeue: Option<Duration>,
+    /// The GitLab step's report (`GitLabSynced`, `status.gitlab`); `None` for a registration
+    /// without `spec.gitlab`. Set by [`Plan::with_gitlab`] after the apply.
+    pub gitlab: Option<GitLabStep>,
 }
 
 /// What status records of an applied set.
@@ -417,6 +467,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         fetched_revision: None,
         record: None,
         requeue: Some(requeue),
+        gitlab: None,
     };
 
     match observed {
@@ -430,6 +481,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             fetched_revision: None,
             record: None,
             requeue: None,
+            gitlab: None,
         },
         Observed::InvalidSpec(message) => {
             let verdict = Verdict::new(false, REASON_INVALID_SPEC, &message);
@@ -495,12 +547,23 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 fetched_revision: Some(revision.clone()),
                 record: Some(Record { revision, digest, inventory }),
                 requeue: Some(interval),
+                gitlab: None,
             }
         }
     }
 }
 
 impl Plan {
+    /// The plan with the GitLab step's report; a transient GitLab failure brings the next
+    /// reconcile forward, nothing else of the plan changes.
+    pub fn with_gitlab(mut self, step: Option<GitLabStep>) -> Plan {
+        if let Some(sooner) = step.as_ref().and_then(|s| s.requeue) {
+            self.requeue = Some(self.requeue.map_or(sooner, |r| r.min(sooner)));
+        }
+        self.gitlab = step;
+        self
+    }
+
     /// The plan after the API server refused an object of the set: nothing is pruned, the
     /// previous revision stays recorded, and the inventory also holds what this attempt may
     /// have created, so that nothing escapes a later prune.
@@ -619,6 +682,13 @@ pub fn next_status(
             conditions::set(&mut status.conditions, kind, v.ok, &v.reason, &v.message, generation, now);
         }
     }
+    if let Some(step) = &plan.gitlab {
+        let v = &step.verdict;
+        conditions::set(&mut status.conditions, gitlab::CONDITION_TYPE, v.ok, &v.reason, &v.message, generation, now);
+        if let Some(recorded) = &step.status {
+            status.gitlab = Some(recorded.clone());
+        }
+    }
     status.observed_generation = generation;
     if let Some(revision) = &plan.fetched_revision {
         status.last_fetched_revision = Some(revision.clone());
@@ -640,6 +710,12 @@ pub fn next_status(
 pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = repo.name_any();
     let namespace = repo.namespace().ok_or_else(|| Error::NotNamespaced(name.clone()))?;
+    if let Some(deletion) = gitlab_step::deletion_of(&repo) {
+        return gitlab_step::finalize(&repo, &namespace, &ctx, deletion).await;
+    }
+    // Finalizer and key pair Secret: a failure here is reported by the sync step below (the
+    // finalizer is added again on every pass), never stops the Git apply.
+    let prepared = gitlab_step::prepare(&repo, &namespace, &ctx).await;
 
     let observed = observe(&repo, &namespace, &ctx).await?;
     let webhook = read_webhook_path(&ctx.client, &namespace, &repo).await?;
@@ -678,6 +754,12 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
         }
     }
 
+    // After the apply and whatever its outcome: a GitLab failure never blocks or undoes it.
+    let step = match prepared {
+        Ok(()) => gitlab_step::sync(&repo, &namespace, &ctx).await,
+        Err(e) => Err(e),
+    };
+    plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
     let status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
     report.managed = status.inventory.len();
     let previous = repo.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();

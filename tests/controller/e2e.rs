@@ -182,6 +182,7 @@ impl Cluster {
             // Events are covered in tests/controller/cdtarget.rs; here every request is counted.
             recorder: None,
             observer: None,
+            gitlab: None,
         });
         // KEDA's kinds are registered in the fake, as the discovery in `run` would find them.
         let target_ctx = Arc::new(cdtarget_reconciler::Context {

@@ -30,22 +30,22 @@ use cdtarget::apply::server_side;
 use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
 use crate::common::{Stalling, TestDir, Upstream, UpstreamRepo, test_dir};
 
-const PLATFORM: &str = "cdtarget-system";
-const REPO: &str = "team-a-repo";
-const TENANT: &str = "team-a";
+pub(crate) const PLATFORM: &str = "cdtarget-system";
+pub(crate) const REPO: &str = "team-a-repo";
+pub(crate) const TENANT: &str = "team-a";
 const SERVICE_ACCOUNT: &str = "deployer";
 
 /// A fake cluster with cdtarget's kinds, recording every mutating request (creates, patches,
 /// status patches and deletes) and every user a tenant client was asked for.
-struct Fixture {
+pub(crate) struct Fixture {
     /// A client of the fake over HTTP (through `bridge`), as the controller builds one.
-    client: Client,
+    pub(crate) client: Client,
     /// The fake API server on 127.0.0.1, recording the headers of every request.
-    bridge: ApiBridge,
-    writes: Arc<Mutex<Vec<String>>>,
+    pub(crate) bridge: ApiBridge,
+    pub(crate) writes: Arc<Mutex<Vec<String>>>,
     /// Keeps the upstream repositories on disk.
     _upstream: Upstream,
-    repo: UpstreamRepo,
+    pub(crate) repo: UpstreamRepo,
     cache: TestDir,
 }
 
@@ -54,7 +54,7 @@ fn kind_of(object: &Value) -> &str {
 }
 
 impl Fixture {
-    async fn new() -> Fixture {
+    pub(crate) async fn new() -> Fixture {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes: Arc<Mutex<Vec<String>>> = Arc::default();
         let (on_create, on_patch, on_status, on_delete) =
@@ -94,7 +94,7 @@ impl Fixture {
 
     /// The reconciler's context, as `cdtarget controller` builds it: every request goes over
     /// HTTP to the bridge, tenant clients impersonate through the controller's own client.
-    fn context(&self) -> Arc<Context> {
+    pub(crate) fn context(&self) -> Arc<Context> {
         Arc::new(Context {
             client: self.client.clone(),
             client_for: server_side::impersonating(self.client.clone()),
@@ -104,10 +104,11 @@ impl Fixture {
             manifest_limits: manifests::Limits::default(),
             recorder: None,
             observer: None,
+            gitlab: None,
         })
     }
 
-    async fn register(&self, change: impl FnOnce(&mut TenantRepositorySpec)) {
+    pub(crate) async fn register(&self, change: impl FnOnce(&mut TenantRepositorySpec)) {
         let mut spec = TenantRepositorySpec {
             url: self.repo.file_url(),
             path: Some("deploy".into()),
@@ -123,7 +124,7 @@ impl Fixture {
         self.registrations().create(&PostParams::default(), &repo).await.expect("create TenantRepository");
     }
 
-    fn registrations(&self) -> Api<TenantRepository> {
+    pub(crate) fn registrations(&self) -> Api<TenantRepository> {
         Api::namespaced(self.client.clone(), PLATFORM)
     }
 
@@ -134,7 +135,7 @@ impl Fixture {
         Api::namespaced(self.client.clone(), TENANT)
     }
 
-    async fn put_platform_secret(&self, name: &str, data: &[(&str, &str)]) {
+    pub(crate) async fn put_platform_secret(&self, name: &str, data: &[(&str, &str)]) {
         let secret = Secret {
             metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
             data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
@@ -144,35 +145,35 @@ impl Fixture {
         api.create(&PostParams::default(), &secret).await.expect("create Secret");
     }
 
-    async fn registration(&self) -> TenantRepository {
+    pub(crate) async fn registration(&self) -> TenantRepository {
         self.registrations().get(REPO).await.expect("get TenantRepository")
     }
 
-    async fn reconcile(&self) -> Action {
+    pub(crate) async fn reconcile(&self) -> Action {
         self.writes.lock().unwrap().clear();
         self.bridge.clear();
         let repo = self.registration().await;
         reconcile(Arc::new(repo), self.context()).await.expect("reconcile")
     }
 
-    fn writes(&self) -> Vec<String> {
+    pub(crate) fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap().clone()
     }
 
-    async fn status(&self) -> TenantRepositoryStatus {
+    pub(crate) async fn status(&self) -> TenantRepositoryStatus {
         self.registration().await.status.expect("status written")
     }
 
-    async fn config_map(&self, name: &str) -> Option<ConfigMap> {
+    pub(crate) async fn config_map(&self, name: &str) -> Option<ConfigMap> {
         self.tenant::<ConfigMap>().get_opt(name).await.expect("get ConfigMap")
     }
 }
 
-fn condition<'a>(status: &'a TenantRepositoryStatus, kind: &str) -> &'a Condition {
+pub(crate) fn condition<'a>(status: &'a TenantRepositoryStatus, kind: &str) -> &'a Condition {
     status.conditions.iter().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no {kind} in {status:#?}"))
 }
 
-fn config_map_yaml(name: &str, value: &str) -> String {
+pub(crate) fn config_map_yaml(name: &str, value: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n")
 }
 
