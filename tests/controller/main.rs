@@ -6,6 +6,7 @@ mod common;
 
 mod cdtarget;
 mod e2e;
+mod gitlab;
 mod run;
 mod support;
 mod tenant_repository;
