@@ -241,6 +241,19 @@ fn controller_rbac_impersonates_only_service_accounts_and_has_no_wildcards() {
         }
     }
 
+    // The GitLab syncer's finalizer: the registration object is patched (never cdtargets).
+    let verbs_on = |rules: &[Value], resource: &str| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| strings(&r["resources"]).contains(&resource))
+            .flat_map(|r| strings(&r["verbs"]).into_iter().map(str::to_owned).collect::<Vec<_>>())
+            .collect()
+    };
+    let cluster_rules = cluster_role["rules"].as_array().unwrap();
+    let registration_verbs = verbs_on(cluster_rules, "tenantrepositories");
+    assert!(registration_verbs.iter().any(|v| v == "patch"), "{registration_verbs:?}");
+    assert!(!verbs_on(cluster_rules, "cdtargets").iter().any(|v| v == "patch"));
+
     // The binding names the controller's ServiceAccount.
     let binding = find("deploy/rbac.yaml", "ClusterRoleBinding", "cdtarget-controller");
     assert_eq!(binding.pointer("/roleRef/name"), Some(&Value::from("cdtarget-controller")));
@@ -253,6 +266,9 @@ fn controller_rbac_impersonates_only_service_accounts_and_has_no_wildcards() {
     let role = find("deploy/rbac.yaml", "Role", "cdtarget-controller");
     assert_eq!(role.pointer("/metadata/namespace"), Some(&Value::from("cdtarget-system")));
     let role_rules = role["rules"].as_array().unwrap();
+    // Key pair Secrets are created (and rotated) only in the controller's namespace.
+    let secret_verbs = verbs_on(role_rules, "secrets");
+    assert_eq!(secret_verbs, ["create", "patch"], "{secret_verbs:?}");
     for namespaced in ["leases", "configmaps"] {
         assert!(role_rules.iter().any(|r| strings(&r["resources"]).contains(&namespaced)), "{namespaced}");
         let cluster_wide =
