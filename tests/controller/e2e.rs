@@ -133,6 +133,11 @@ fn kind_of(object: &Value) -> &str {
 impl Cluster {
     /// A fake cluster with cdtarget's and KEDA's kinds, and both controllers running on it.
     async fn start() -> Cluster {
+        Cluster::start_with(None).await
+    }
+
+    /// [`Cluster::start`], the TenantRepository reconciler managing GitLab through `gitlab`.
+    async fn start_with(gitlab: Option<tenant_repository::GitLabSettings>) -> Cluster {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes: Arc<Mutex<Vec<String>>> = Arc::default();
         let (on_create, on_patch, on_status, on_delete) =
@@ -182,7 +187,7 @@ impl Cluster {
             // Events are covered in tests/controller/cdtarget.rs; here every request is counted.
             recorder: None,
             observer: None,
-            gitlab: None,
+            gitlab,
         });
         // KEDA's kinds are registered in the fake, as the discovery in `run` would find them.
         let target_ctx = Arc::new(cdtarget_reconciler::Context {
@@ -470,12 +475,18 @@ struct WebhookReceiver {
 
 impl WebhookReceiver {
     async fn start(cluster: &Cluster) -> WebhookReceiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        WebhookReceiver::start_on(cluster, listener).await
+    }
+
+    /// The receiver on `listener` (bound before the controllers start, so that the GitLab step
+    /// knows the receiver's external URL).
+    async fn start_on(cluster: &Cluster, listener: tokio::net::TcpListener) -> WebhookReceiver {
         let index = Arc::new(webhook::Index::default());
         // No per-registration limit: the burst below is 21 deliveries of one registration.
         let limits = webhook::Limits { registration_rate: None, ..webhook::Limits::default() };
         let receiver = webhook::Receiver::new(index.clone(), limits, WebhookMetrics::default());
         receiver.set_trigger(Some(Arc::new(cluster.trigger.clone())));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().unwrap());
         let mut stopped = cluster.stop.subscribe();
         let stop = async move {
@@ -628,5 +639,109 @@ async fn e2e_webhook_post_applies_the_push_and_a_burst_of_deliveries_coalesces()
         assert!(reconciles <= 3, "21 deliveries took more than 3 reconciles");
     }
     eprintln!("e2e webhook burst: 21 deliveries accepted, {reconciles} reconciles in all");
+    cluster.shut_down().await;
+}
+
+// === GitLab: key and hook registered by the controller, a push delivered by GitLab ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes_them() {
+    use cdtarget::api::tenant_repository::GitLabSpec;
+    use cdtarget::gitlab::{self, ClientConfig, GitLabClient};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use kube::api::{Patch, PatchParams};
+
+    use crate::common::fake_gitlab::{BOT_TOKEN, FakeGitLab, Push};
+
+    let test = "e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes_them";
+    let Some(sshd) = common::skip_or_fail(test, Sshd::start()) else { return };
+    let upstream = Upstream::new();
+    let repo = upstream.create("tenant.git");
+    let first = repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "1"))], "first");
+    let fake_gitlab = FakeGitLab::start();
+    let project = fake_gitlab.add_project("team-a/tenant");
+
+    // The receiver's address is known before the controllers start: it is the hooks' URL.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let external = format!("http://{}", listener.local_addr().unwrap());
+    let settings = tenant_repository::GitLabSettings {
+        client: GitLabClient::new(ClientConfig::new(fake_gitlab.url(), gitlab::Secret::new(BOT_TOKEN))).unwrap(),
+        webhook_external_url: external.clone(),
+        known_hosts: sshd.known_hosts(),
+    };
+    let mut cluster = Cluster::start_with(Some(settings)).await;
+    cluster.put_secret(PLATFORM, WEBHOOK_SECRET, &[("token", HOOK_TOKEN)]).await;
+    let hook = WebhookSpec {
+        kind: WebhookType::Gitlab,
+        secret_ref: LocalSecretReference { name: WEBHOOK_SECRET.into() },
+        events: vec![],
+    };
+    // The Secret holds the key sshd accepts (a generated one would not be authorized there);
+    // the controller derives `identity.pub` from it.
+    register(&cluster, &sshd, &repo, Some(hook)).await;
+    let gitlab_spec =
+        GitLabSpec { project: Some("team-a/tenant".into()), manage_deploy_key: true, manage_webhook: true };
+    let patch = serde_json::json!({"spec": {"gitlab": gitlab_spec}});
+    cluster
+        .api::<TenantRepository>(PLATFORM)
+        .patch(REPO, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let receiver = WebhookReceiver::start_on(&cluster, listener).await;
+    let mut index_changes = receiver.index.subscribe();
+
+    // Stand-in for the initial lists of the watches at start-up.
+    let registration = cluster.registration().await;
+    for events in [&cluster.registrations, &receiver.registrations] {
+        events.unbounded_send(watcher::Event::Init).unwrap();
+        events.unbounded_send(watcher::Event::InitApply(registration.clone())).unwrap();
+        events.unbounded_send(watcher::Event::InitDone).unwrap();
+    }
+    cluster.targets.unbounded_send(watcher::Event::Init).unwrap();
+    cluster.targets.unbounded_send(watcher::Event::InitDone).unwrap();
+    tokio::time::timeout(DEADLINE, index_changes.changed()).await.expect("the registration is served").unwrap();
+    cluster.repo_reconciles.next_ok("initial list").await;
+
+    // Registered on GitLab: the Secret's key, read-only, and the hook at the receiver.
+    let status = cluster.registration().await.status.expect("status written");
+    assert_eq!(status.last_applied_revision.as_deref(), Some(first.as_str()), "{status:#?}");
+    let synced = status.conditions.iter().find(|c| c.type_ == gitlab::CONDITION_TYPE).expect("GitLabSynced");
+    assert_eq!(synced.status, "True", "{synced:?}");
+    let keys = fake_gitlab.deploy_keys(project);
+    let client_key = sshd.client_key(KeyKind::Ed25519);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(Some(keys[0].fingerprint.clone()), gitlab::keys::fingerprint(&client_key.public_key).ok());
+    assert!(!keys[0].can_push);
+    let hooks = fake_gitlab.hooks(project);
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0].url, format!("{external}{}", webhook_path(HOOK_TOKEN, REPO, PLATFORM)));
+    // Stand-in for the Modified event of the finalizer and status writes.
+    cluster.relay_registration().await;
+    cluster.repo_reconciles.next_ok("Modified event").await;
+
+    // A push, delivered by GitLab's emitter to the hook it was given.
+    let second = repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "settings 2");
+    let deliveries = fake_gitlab.emit_push(project, &Push::branch("main", &second)).await;
+    assert_eq!(deliveries.iter().map(|d| d.status).collect::<Vec<_>>(), [Some(202)], "{deliveries:?}");
+    cluster
+        .until("the pushed ConfigMap applied", || async {
+            let settings = cluster.api::<ConfigMap>(TENANT).get_opt("settings").await.unwrap()?;
+            (settings.data?.get("value")? == "2").then_some(())
+        })
+        .await;
+    cluster.repo_reconciles.next_ok("the webhook's trigger").await;
+
+    // Deletion: the registration as the watch shows it once `kubectl delete` started (held by
+    // the finalizer; kube-fake-client itself does not hold objects for finalizers).
+    let mut deleting = cluster.registration().await;
+    assert!(deleting.metadata.finalizers.clone().unwrap_or_default().contains(&gitlab::FINALIZER.to_owned()));
+    deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    cluster.registrations.unbounded_send(watcher::Event::Apply(deleting)).unwrap();
+    cluster.repo_reconciles.next_ok("the deletion").await;
+    assert!(fake_gitlab.deploy_keys(project).is_empty(), "the deploy key is removed");
+    assert!(fake_gitlab.hooks(project).is_empty(), "the hook is removed");
+    let finalizers = cluster.registration().await.metadata.finalizers.unwrap_or_default();
+    assert!(!finalizers.contains(&gitlab::FINALIZER.to_owned()), "the finalizer is released: {finalizers:?}");
     cluster.shut_down().await;
 }
