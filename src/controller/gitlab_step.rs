@@ -106,6 +106,12 @@ pub fn deletion_of(repo: &TenantRepository) -> Option<Deletion> {
     Some(if skip { Deletion::Skip } else { Deletion::Remove })
 }
 
+/// Whether the sync step runs: `spec.gitlab` is set and the registration is not being deleted
+/// (a deleted registration without our finalizer gets no key, hook or finalizer again).
+pub fn syncs(repo: &TenantRepository) -> bool {
+    repo.spec.gitlab.is_some() && repo.metadata.deletion_timestamp.is_none()
+}
+
 /// The finalizers with ours added; `None` when it is already there.
 pub fn finalizers_adding(repo: &TenantRepository) -> Option<Vec<String>> {
     let present = repo.finalizers();
@@ -183,6 +189,9 @@ async fn patch_finalizers(
 /// (generated and created when missing, so the first fetch already has credentials).
 pub async fn prepare(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Result<(), Error> {
     let (Some(spec), Some(settings)) = (&repo.spec.gitlab, &ctx.gitlab) else { return Ok(()) };
+    if !syncs(repo) {
+        return Ok(());
+    }
     if let Some(list) = finalizers_adding(repo) {
         patch_finalizers(ctx, namespace, repo, list).await?;
     }
@@ -290,7 +299,7 @@ async fn input_for(
 /// After the apply: syncs key and hook (rotating the key first when asked) and says what to
 /// report. `None` for a registration without `spec.gitlab`.
 pub async fn sync(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Result<Option<GitLabStep>, Error> {
-    if repo.spec.gitlab.is_none() {
+    if !syncs(repo) {
         return Ok(None);
     }
     let Some(settings) = &ctx.gitlab else { return Ok(Some(not_configured())) };
@@ -449,8 +458,10 @@ mod tests {
         assert_eq!(deletion_of(&repo), Some(Deletion::Remove));
         repo.annotations_mut().insert(gitlab::SKIP_CLEANUP_ANNOTATION.into(), "true".into());
         assert_eq!(deletion_of(&repo), Some(Deletion::Skip));
+        assert!(!syncs(&repo), "no sync while being deleted");
         repo.metadata.finalizers = None;
         assert_eq!(deletion_of(&repo), None, "released already");
+        assert!(!syncs(&repo), "released: nothing is added again");
     }
 
     #[test]
