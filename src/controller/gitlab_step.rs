@@ -42,6 +42,8 @@ pub struct GitLabStep {
     pub status: Option<GitLabStatus>,
     /// Come back sooner than the interval (transient failures).
     pub requeue: Option<Duration>,
+    /// Something was written to GitLab (e.g. the deploy key was just added).
+    pub changed: bool,
 }
 
 fn verdict(ok: bool, reason: &str, message: impl Into<String>) -> Verdict {
@@ -56,6 +58,7 @@ pub fn step_of(result: &Result<SyncOutcome, GitLabError>) -> GitLabStep {
             verdict: verdict(true, gitlab::REASON_SYNCED, outcome.message()),
             status: Some(outcome.status()),
             requeue: None,
+            changed: outcome.writes > 0,
         },
         Err(error) => failed(gitlab::condition_reason(error), error.to_string(), error.class()),
     }
@@ -63,14 +66,14 @@ pub fn step_of(result: &Result<SyncOutcome, GitLabError>) -> GitLabStep {
 
 fn failed(reason: &str, message: String, class: FailureClass) -> GitLabStep {
     let requeue = (class == FailureClass::Transient).then_some(TRANSIENT_RETRY);
-    GitLabStep { verdict: verdict(false, reason, message), status: None, requeue }
+    GitLabStep { verdict: verdict(false, reason, message), status: None, requeue, changed: false }
 }
 
 /// The step of a registration with `spec.gitlab` when the controller has no GitLab settings.
 pub fn not_configured() -> GitLabStep {
     let message = "spec.gitlab is set but the controller runs without GitLab settings: start it with \
                    --gitlab-url, --gitlab-token-file, --gitlab-known-hosts-file and --webhook-external-url";
-    GitLabStep { verdict: verdict(false, REASON_NOT_CONFIGURED, message), status: None, requeue: None }
+    GitLabStep { verdict: verdict(false, REASON_NOT_CONFIGURED, message), status: None, requeue: None, changed: false }
 }
 
 fn invalid(message: impl Into<String>) -> GitLabStep {
@@ -78,6 +81,7 @@ fn invalid(message: impl Into<String>) -> GitLabStep {
         verdict: verdict(false, gitlab::ErrorKind::InvalidConfig.reason(), message),
         status: None,
         requeue: None,
+        changed: false,
     }
 }
 

@@ -555,8 +555,15 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
 
 impl Plan {
     /// The plan with the GitLab step's report; a transient GitLab failure brings the next
-    /// reconcile forward, nothing else of the plan changes.
+    /// reconcile forward, and so does a failed fetch in the pass that just put the deploy key on
+    /// GitLab (the first fetch of a new registration runs before its key is registered).
+    /// Nothing else of the plan changes.
     pub fn with_gitlab(mut self, step: Option<GitLabStep>) -> Plan {
+        let fetch_failed = self.source_ready.as_ref().is_some_and(|v| !v.ok);
+        let key_just_registered = step.as_ref().is_some_and(|s| s.changed && s.verdict.ok);
+        if fetch_failed && key_just_registered {
+            self.requeue = Some(self.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY)));
+        }
         if let Some(sooner) = step.as_ref().and_then(|s| s.requeue) {
             self.requeue = Some(self.requeue.map_or(sooner, |r| r.min(sooner)));
         }
@@ -970,6 +977,26 @@ mod tests {
         assert_eq!(plan.record.as_ref().unwrap().inventory, [entry("a")]);
         assert_eq!(plan.requeue, Some(Duration::from_secs(63)));
         assert!(matches!(plan.health, Some(Health::Ready { .. })));
+    }
+
+    #[test]
+    fn a_fetch_refused_in_the_pass_that_registered_the_deploy_key_comes_back_soon() {
+        let refused = || {
+            plan(
+                &repo(true, None),
+                Observed::FetchFailed(SourceError::new(FailureKind::AuthenticationFailed, "denied")),
+                Duration::ZERO,
+            )
+        };
+        let synced = |changed| GitLabStep {
+            verdict: Verdict::new(true, gitlab::REASON_SYNCED, "ok"),
+            status: None,
+            requeue: None,
+            changed,
+        };
+        assert_eq!(refused().requeue, Some(STALLED_RESYNC), "a refused fetch alone stalls");
+        assert_eq!(refused().with_gitlab(Some(synced(true))).requeue, Some(TRANSIENT_RETRY));
+        assert_eq!(refused().with_gitlab(Some(synced(false))).requeue, Some(STALLED_RESYNC));
     }
 
     #[test]
