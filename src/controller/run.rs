@@ -625,15 +625,7 @@ pub fn tenant_repository_controller(
     shard: watcher::Config,
     triggers: impl Stream<Item = ObjectRef<TenantRepository>> + Send + 'static,
 ) -> Controller<TenantRepository> {
-    let (reader, writer) = reflector::store();
-    let registrations = watcher(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard)
-        .default_backoff()
-        // Nothing reads managedFields: they would only double the cache.
-        .modify(|repo| repo.managed_fields_mut().clear())
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(reconcile_worthy, PredicateConfig::default());
-    let controller = Controller::for_stream(registrations, reader);
+    let controller = controller_of(Api::<TenantRepository>::namespaced(client.clone(), platform_namespace), shard);
     let store = controller.store();
     // Metadata only: Secret values never enter the controller's caches.
     let secrets = Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), platform_namespace);
@@ -653,6 +645,23 @@ pub fn tenant_repository_controller(
             store.state().iter().map(|repo| ObjectRef::from_obj(repo.as_ref())).collect::<Vec<_>>()
         })
         .reconcile_on(triggers)
+}
+
+/// A controller of the objects of `api` selected by `config`: its cache drops managedFields
+/// (nothing reads them; they would double the cache), and an object reaches the reconciler only
+/// when [`reconcile_worthy`] changes.
+fn controller_of<K>(api: Api<K>, config: watcher::Config) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let objects = watcher(api, config)
+        .default_backoff()
+        .modify(|object| object.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(reconcile_worthy, PredicateConfig::default());
+    Controller::for_stream(objects, reader)
 }
 
 /// What of a watched object calls for a reconcile, hashed: its generation (the spec), its
@@ -699,14 +708,7 @@ pub fn cdtarget_controller(
     policy_name: &str,
     keda: bool,
 ) -> Controller<CDTarget> {
-    let (reader, writer) = reflector::store();
-    let targets = watcher(Api::<CDTarget>::all(client.clone()), shard)
-        .default_backoff()
-        .modify(|target| target.managed_fields_mut().clear())
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(reconcile_worthy, PredicateConfig::default());
-    let controller = Controller::for_stream(targets, reader);
+    let controller = controller_of(Api::<CDTarget>::all(client.clone()), shard);
     let store = controller.store();
     let children = watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE));
     let mut controller = controller
