@@ -85,6 +85,17 @@ pub fn webhook_path(token: &str, name: &str, namespace: &str) -> String {
     format!("/hook/{}", hex::encode(digest))
 }
 
+/// The webhook token as stored in the `token` key of the webhook Secret: UTF-8, with one
+/// trailing line break removed (what `echo token > file` and `kubectl create secret
+/// --from-file` leave); `None` when empty or not UTF-8. The receiver, `status.webhookPath`, the
+/// GitLab hook and `cdtarget webhook-path` all read the token through this one function, so they
+/// agree on the path.
+pub fn webhook_token(raw: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let text = text.strip_suffix('\n').map_or(text, |t| t.strip_suffix('\r').unwrap_or(t));
+    (!text.is_empty()).then_some(text)
+}
+
 fn default_true() -> bool {
     true
 }
@@ -230,5 +241,16 @@ mod tests {
         let expected = hex::encode(Sha256::digest(b"s3cretteam-arepoplatform"));
         assert_eq!(webhook_path("s3cret", "team-arepo", "platform"), format!("/hook/{expected}"));
         assert_ne!(webhook_path("s3cret", "a", "b"), webhook_path("other", "a", "b"));
+    }
+
+    #[test]
+    fn webhook_token_drops_one_trailing_line_break_and_refuses_empty_or_binary() {
+        assert_eq!(webhook_token(b"s3cret"), Some("s3cret"));
+        assert_eq!(webhook_token(b"s3cret\n"), Some("s3cret"));
+        assert_eq!(webhook_token(b"s3cret\r\n"), Some("s3cret"));
+        assert_eq!(webhook_token(b"s3cret\n\n"), Some("s3cret\n"), "only one line break is removed");
+        assert_eq!(webhook_token(b""), None);
+        assert_eq!(webhook_token(b"\n"), None);
+        assert_eq!(webhook_token(&[0xff, 0xfe]), None);
     }
 }

@@ -59,7 +59,8 @@ fn webhook_url(args: &WebhookPathArgs, stdin: &mut impl Read) -> Result<(String,
     let shown = args.token_file.display().to_string();
     let raw = read_token(args, stdin).map_err(|e| format!("{shown}: {e}"))?;
     let token = String::from_utf8(raw).map_err(|_| format!("{shown}: the token is not UTF-8"))?;
-    let token = token.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&token);
+    // The same reading as the controller's, so the printed path is the served one.
+    let token = crate::api::tenant_repository::webhook_token(token.as_bytes()).unwrap_or_default();
     if token.is_empty() {
         return Err(format!("{shown}: the token is empty"));
     }

@@ -17,7 +17,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use crate::api::tenant_repository::{GitLabStatus, TenantRepository};
+use crate::api::tenant_repository::{GitLabStatus, TenantRepository, webhook_token};
 use crate::controller::conditions;
 use crate::controller::events::{self, Transition};
 use crate::controller::tenant_repository::{Context, Error, GitLabSettings, TRANSIENT_RETRY, Verdict};
@@ -278,7 +278,9 @@ async fn input_for(
         let read = match &repo.spec.webhook {
             Some(webhook) => {
                 let secret = get_secret(ctx, namespace, &webhook.secret_ref.name).await?;
-                secret.and_then(|s| s.data).and_then(|d| text(&d, "token")).map(|t| t.trim().to_owned())
+                secret
+                    .and_then(|s| s.data)
+                    .and_then(|d| d.get("token").and_then(|t| webhook_token(&t.0)).map(str::to_owned))
             }
             None => None,
         };

@@ -21,7 +21,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::api::tenant_repository::{
-    InventoryEntry, TenantRepository, TenantRepositorySpec, TenantRepositoryStatus, webhook_path,
+    InventoryEntry, TenantRepository, TenantRepositorySpec, TenantRepositoryStatus, webhook_path, webhook_token,
 };
 use crate::apply::server_side::{self, ClientFor};
 use crate::apply::{inventory_of, prune_plan};
@@ -851,8 +851,8 @@ async fn read_secret(
 async fn read_webhook_path(client: &Client, namespace: &str, repo: &TenantRepository) -> Result<Option<String>, Error> {
     let Some(webhook) = &repo.spec.webhook else { return Ok(None) };
     let data = read_secret(client, namespace, &webhook.secret_ref.name).await?;
-    let token = data.as_ref().and_then(|d| d.get("token")).and_then(|t| std::str::from_utf8(&t.0).ok());
-    Ok(token.filter(|t| !t.is_empty()).map(|t| webhook_path(t, &repo.name_any(), namespace)))
+    let token = data.as_ref().and_then(|d| d.get("token")).and_then(|t| webhook_token(&t.0));
+    Ok(token.map(|t| webhook_path(t, &repo.name_any(), namespace)))
 }
 
 /// The policy ConfigMap: absent means the documented defaults.

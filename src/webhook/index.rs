@@ -23,7 +23,7 @@ use super::filter::{Tracked, effective_events};
 use super::rate::{Bucket, Rate};
 use super::verify::{Secrets, SigningKey, parse_signing_secret};
 use crate::api::TenantRepository;
-use crate::api::tenant_repository::WebhookType;
+use crate::api::tenant_repository::{WebhookType, webhook_token};
 
 /// Key of the webhook Secret holding the path token (also GitLab's `X-Gitlab-Token` and the
 /// HMAC key of `github` and `generic-hmac`).
@@ -74,11 +74,7 @@ impl Registration {
         let name = repo.name_any();
         let secret_name = format!("{namespace}/{}", webhook.secret_ref.name);
         let data = secret.ok_or_else(|| NotServed::SecretNotFound(secret_name.clone()))?;
-        let token = data
-            .get(TOKEN_KEY)
-            .and_then(|t| std::str::from_utf8(&t.0).ok())
-            .filter(|t| !t.is_empty())
-            .ok_or(NotServed::NoToken(secret_name))?;
+        let token = data.get(TOKEN_KEY).and_then(|t| webhook_token(&t.0)).ok_or(NotServed::NoToken(secret_name))?;
         // Standard Webhooks signing exists for GitLab only; the key is ignored for other types.
         let signing_key = match (webhook.kind, data.get(SIGNING_TOKEN_KEY)) {
             (WebhookType::Gitlab, Some(value)) => Some(match std::str::from_utf8(&value.0) {
@@ -326,7 +322,7 @@ mod tests {
         assert!(gitlab.warnings().is_empty());
         let bad = Registration::from_parts(
             &repo("a", WebhookType::Gitlab),
-            Some(&data(&[("token", "t\n"), ("signingToken", "secret-not-base64!")])),
+            Some(&data(&[("token", "t\nu"), ("signingToken", "secret-not-base64!")])),
         )
         .unwrap()
         .unwrap();
