@@ -57,8 +57,6 @@ const TOKEN: &str = "azp-token";
 
 /// Bound on every wait: a fetch over ssh on loopback and a reconcile take well under a second.
 const DEADLINE: Duration = Duration::from_secs(60);
-/// Interval between two reads of the fake API while waiting for a condition.
-const POLL: Duration = Duration::from_millis(20);
 
 fn config_map_yaml(name: &str, value: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n")
@@ -258,19 +256,10 @@ impl Cluster {
         self.targets.unbounded_send(watcher::Event::Apply(target)).expect("controller running");
     }
 
-    /// Waits (bounded, polling the fake API) until `check` holds.
-    async fn until<T, F>(&self, what: &str, check: impl Fn() -> F) -> T
-    where
-        F: Future<Output = Option<T>>,
-    {
-        let started = Instant::now();
-        loop {
-            if let Some(found) = check().await {
-                return found;
-            }
-            assert!(started.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}; writes: {:#?}", self.writes());
-            tokio::time::sleep(POLL).await;
-        }
+    /// Asserts the CDTarget is applied with this single destination.
+    async fn expect_cdtarget_ip(&self, ip: &str) {
+        let target = self.api::<CDTarget>(TENANT).get_opt(TARGET).await.unwrap().expect("the CDTarget applied");
+        assert_eq!(target.spec.ip, [ip]);
     }
 
     fn writes(&self) -> Vec<String> {
@@ -386,25 +375,21 @@ async fn e2e_push_and_trigger_applies_new_cdtarget_and_broken_push_stalls() {
         "the controller is idle until triggered"
     );
     cluster.trigger.fire(PLATFORM, REPO).expect("controller running");
-    cluster
-        .until("the CDTarget applied", || async {
-            cluster.api::<CDTarget>(TENANT).get_opt(TARGET).await.unwrap().filter(|t| t.spec.ip == ["10.1.2.3"])
-        })
-        .await;
+    cluster.repo_reconciles.next_ok("trigger").await;
+    cluster.expect_cdtarget_ip("10.1.2.3").await;
     let cdtarget_applied = pushed.elapsed();
     // Stand-in for the CDTarget watch's Added event of the object the TenantRepository reconcile
     // just applied.
     cluster.relay_target().await;
-    cluster.until("the four children", || async { cluster.children_present().await.then_some(()) }).await;
+    cluster.target_reconciles.next_ok("CDTarget Added event").await;
+    assert!(cluster.children_present().await, "the four children");
     let children_applied = pushed.elapsed();
     eprintln!(
-        "e2e latency: push -> CDTarget applied {} ms, push -> four children applied {} ms",
+        "e2e latency: push -> CDTarget applied (reconcile done) {} ms, push -> four children applied {} ms",
         cdtarget_applied.as_millis(),
         children_applied.as_millis()
     );
 
-    cluster.target_reconciles.next_ok("CDTarget Added event").await;
-    cluster.repo_reconciles.next_ok("trigger").await;
     let status = cluster.registration().await.status.expect("status");
     assert_eq!(status.last_applied_revision.as_deref(), Some(second.as_str()), "{status:#?}");
     assert_eq!(status.inventory.len(), 2, "{status:#?}");
@@ -427,14 +412,10 @@ async fn e2e_push_and_trigger_applies_new_cdtarget_and_broken_push_stalls() {
     // A broken push: the CDTarget's ip is not an address.
     let broken = repo.commit_and_push(&[("deploy/agents.yaml", cdtarget_yaml(TARGET, "999.1.2.3"))], "break agents");
     cluster.trigger.fire(PLATFORM, REPO).expect("controller running");
-    let status = cluster
-        .until("the registration Stalled", || async {
-            let status = cluster.registration().await.status?;
-            (status.last_fetched_revision.as_deref() == Some(broken.as_str()) && is_true(&status.conditions, STALLED))
-                .then_some(status)
-        })
-        .await;
     cluster.repo_reconciles.next_ok("trigger after the broken push").await;
+    let status = cluster.registration().await.status.expect("status");
+    assert_eq!(status.last_fetched_revision.as_deref(), Some(broken.as_str()), "{status:#?}");
+    assert!(is_true(&status.conditions, STALLED), "{status:#?}");
 
     let stalled = status.conditions.iter().find(|c| c.type_ == STALLED).unwrap();
     assert_eq!(stalled.reason, REASON_VALIDATION_FAILED);
@@ -583,15 +564,13 @@ async fn e2e_webhook_post_applies_the_push_and_a_burst_of_deliveries_coalesces()
     let pushed = Instant::now();
     assert_eq!(receiver.post_push(&second, "delivery-2").await, 202);
     let answered = pushed.elapsed();
-    cluster
-        .until("the CDTarget applied", || async {
-            cluster.api::<CDTarget>(TENANT).get_opt(TARGET).await.unwrap().filter(|t| t.spec.ip == ["10.1.2.3"])
-        })
-        .await;
+    cluster.repo_reconciles.next_ok("the webhook's trigger").await;
+    cluster.expect_cdtarget_ip("10.1.2.3").await;
     let cdtarget_applied = pushed.elapsed();
     // Stand-in for the CDTarget watch's Added event of the object just applied.
     cluster.relay_target().await;
-    cluster.until("the four children", || async { cluster.children_present().await.then_some(()) }).await;
+    cluster.target_reconciles.next_ok("CDTarget Added event").await;
+    assert!(cluster.children_present().await, "the four children");
     let children_applied = pushed.elapsed();
     eprintln!(
         "e2e webhook latency: push -> 202 answered {} ms, push -> CDTarget applied {} ms, push -> four children \
@@ -600,8 +579,6 @@ async fn e2e_webhook_post_applies_the_push_and_a_burst_of_deliveries_coalesces()
         cdtarget_applied.as_millis(),
         children_applied.as_millis()
     );
-    cluster.target_reconciles.next_ok("CDTarget Added event").await;
-    cluster.repo_reconciles.next_ok("the webhook's trigger").await;
     let status = cluster.registration().await.status.expect("status");
     assert_eq!(status.last_applied_revision.as_deref(), Some(second.as_str()), "{status:#?}");
     // GitLab's resend of the same delivery triggers nothing.
@@ -724,13 +701,9 @@ async fn e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes
     let second = repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "settings 2");
     let deliveries = fake_gitlab.emit_push(project, &Push::branch("main", &second)).await;
     assert_eq!(deliveries.iter().map(|d| d.status).collect::<Vec<_>>(), [Some(202)], "{deliveries:?}");
-    cluster
-        .until("the pushed ConfigMap applied", || async {
-            let settings = cluster.api::<ConfigMap>(TENANT).get_opt("settings").await.unwrap()?;
-            (settings.data?.get("value")? == "2").then_some(())
-        })
-        .await;
     cluster.repo_reconciles.next_ok("the webhook's trigger").await;
+    let settings = cluster.api::<ConfigMap>(TENANT).get_opt("settings").await.unwrap().expect("settings applied");
+    assert_eq!(settings.data.unwrap_or_default().get("value").map(String::as_str), Some("2"));
 
     // Deletion: the registration as the watch shows it once `kubectl delete` started (held by
     // the finalizer; kube-fake-client itself does not hold objects for finalizers).
