@@ -169,8 +169,20 @@ fn describe_hook(params: &HookParams) -> String {
     let filter = if params.branch_filter.is_empty() { "all branches".to_owned() } else { params.branch_filter.clone() };
     format!(
         "url={} token={} name={:?} push_events=true ({filter}) tag_push_events={} other events off, enable_ssl_verification=true",
-        params.url, params.token, params.name, params.tag_push_events
+        redact_hook_path(&params.url),
+        params.token,
+        params.name,
+        params.tag_push_events
     )
+}
+
+/// `url` with the digest after `/hook/` hidden: the path alone lets anyone trigger a sync of a
+/// `generic` registration, so it is as secret as the token.
+fn redact_hook_path(url: &str) -> String {
+    match url.rfind("/hook/") {
+        Some(at) => format!("{}/hook/***", &url[..at]),
+        None => url.to_owned(),
+    }
 }
 
 // === sync ===
@@ -574,6 +586,7 @@ mod tests {
         let hooks = [hook(9, "https://old/hook/1", Some(MARKER)), hook(10, URL, None)];
         let text = sync(42, &want, &[key(3, MARKER, "SHA256:old", true)], &hooks).to_string();
         assert!(!text.contains("tok "), "{text}");
+        assert!(!text.contains("/hook/abc"), "the receiver path is secret: {text}");
         let lines: Vec<&str> = text.lines().collect();
         assert!(
             lines[0].starts_with(
@@ -582,7 +595,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            lines[1].starts_with("PUT    /projects/42/hooks/9 url=https://cd.example.com/hook/abc token=***"),
+            lines[1].starts_with("PUT    /projects/42/hooks/9 url=https://cd.example.com/hook/*** token=***"),
             "{text}"
         );
         assert!(lines[1].ends_with("(changed: url (and token))"), "{text}");
