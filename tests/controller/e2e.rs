@@ -35,7 +35,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
-use kube_fake_client::{ClientBuilder, interceptor};
+use kube_fake_client::ClientBuilder;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -45,6 +45,7 @@ use cdtarget::apply::server_side;
 
 use crate::common::api_bridge::{ApiBridge, Record};
 use crate::common::{self, KeyKind, Sshd, TestDir, Upstream, UpstreamRepo, test_dir};
+use crate::support::{Writes, recording_writes};
 
 const PLATFORM: &str = "cdtarget-system";
 const POLICY: &str = "cdtarget-policy";
@@ -124,10 +125,6 @@ struct Cluster {
     _bridge: ApiBridge,
 }
 
-fn kind_of(object: &Value) -> &str {
-    object.get("kind").and_then(Value::as_str).unwrap_or("?")
-}
-
 impl Cluster {
     /// A fake cluster with cdtarget's and KEDA's kinds, and both controllers running on it.
     async fn start() -> Cluster {
@@ -137,27 +134,8 @@ impl Cluster {
     /// [`Cluster::start`], the TenantRepository reconciler managing GitLab through `gitlab`.
     async fn start_with(gitlab: Option<tenant_repository::GitLabSettings>) -> Cluster {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let writes: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (on_create, on_patch, on_status, on_delete) =
-            (writes.clone(), writes.clone(), writes.clone(), writes.clone());
-        let funcs = interceptor::Funcs::new()
-            .create(move |ctx| {
-                let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
-                on_create.lock().unwrap().push(format!("create {} {}/{name}", kind_of(ctx.object), ctx.namespace));
-                Ok(None)
-            })
-            .patch(move |ctx| {
-                on_patch.lock().unwrap().push(format!("patch {} {}/{}", kind_of(ctx.patch), ctx.namespace, ctx.name));
-                Ok(None)
-            })
-            .patch_status(move |ctx| {
-                on_status.lock().unwrap().push(format!("status {}/{}", ctx.namespace, ctx.name));
-                Ok(None)
-            })
-            .delete(move |ctx| {
-                on_delete.lock().unwrap().push(format!("delete {}/{}", ctx.namespace, ctx.name));
-                Ok(None)
-            });
+        let writes: Writes = Arc::default();
+        let funcs = recording_writes(&writes);
         let fake = ClientBuilder::new()
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()

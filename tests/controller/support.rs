@@ -38,6 +38,35 @@ pub struct Cluster {
     keda: bool,
 }
 
+fn kind_of(object: &Value) -> &str {
+    object.get("kind").and_then(Value::as_str).unwrap_or("?")
+}
+
+/// Interceptors recording every create, patch, status patch and delete into `writes` as
+/// `create Kind namespace/name`, `patch Kind namespace/name`, `status namespace/name` and
+/// `delete namespace/name` (the TenantRepository and end-to-end tests).
+pub fn recording_writes(writes: &Writes) -> interceptor::Funcs {
+    let (on_create, on_patch, on_status, on_delete) = (writes.clone(), writes.clone(), writes.clone(), writes.clone());
+    interceptor::Funcs::new()
+        .create(move |ctx| {
+            let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
+            on_create.lock().unwrap().push(format!("create {} {}/{name}", kind_of(ctx.object), ctx.namespace));
+            Ok(None)
+        })
+        .patch(move |ctx| {
+            on_patch.lock().unwrap().push(format!("patch {} {}/{}", kind_of(ctx.patch), ctx.namespace, ctx.name));
+            Ok(None)
+        })
+        .patch_status(move |ctx| {
+            on_status.lock().unwrap().push(format!("status {}/{}", ctx.namespace, ctx.name));
+            Ok(None)
+        })
+        .delete(move |ctx| {
+            on_delete.lock().unwrap().push(format!("delete {}/{}", ctx.namespace, ctx.name));
+            Ok(None)
+        })
+}
+
 fn describe(verb: &str, object: &Value, namespace: &str, name: &str) -> String {
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("?");
     format!("{verb} {kind} {namespace}/{name}")

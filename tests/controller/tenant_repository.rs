@@ -22,13 +22,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
-use kube_fake_client::{ClientBuilder, interceptor};
-use serde_json::Value;
+use kube_fake_client::ClientBuilder;
 
 use cdtarget::apply::server_side;
 
 use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
 use crate::common::{Stalling, TestDir, Upstream, UpstreamRepo, test_dir};
+use crate::support::{Writes, recording_writes};
 
 pub(crate) const PLATFORM: &str = "cdtarget-system";
 pub(crate) const REPO: &str = "team-a-repo";
@@ -49,34 +49,11 @@ pub(crate) struct Fixture {
     cache: TestDir,
 }
 
-fn kind_of(object: &Value) -> &str {
-    object.get("kind").and_then(Value::as_str).unwrap_or("?")
-}
-
 impl Fixture {
     pub(crate) async fn new() -> Fixture {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let writes: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (on_create, on_patch, on_status, on_delete) =
-            (writes.clone(), writes.clone(), writes.clone(), writes.clone());
-        let funcs = interceptor::Funcs::new()
-            .create(move |ctx| {
-                let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
-                on_create.lock().unwrap().push(format!("create {} {}/{name}", kind_of(ctx.object), ctx.namespace));
-                Ok(None)
-            })
-            .patch(move |ctx| {
-                on_patch.lock().unwrap().push(format!("patch {} {}/{}", kind_of(ctx.patch), ctx.namespace, ctx.name));
-                Ok(None)
-            })
-            .patch_status(move |ctx| {
-                on_status.lock().unwrap().push(format!("status {}/{}", ctx.namespace, ctx.name));
-                Ok(None)
-            })
-            .delete(move |ctx| {
-                on_delete.lock().unwrap().push(format!("delete {}/{}", ctx.namespace, ctx.name));
-                Ok(None)
-            });
+        let writes: Writes = Arc::default();
+        let funcs = recording_writes(&writes);
         let fake = ClientBuilder::new()
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
