@@ -30,6 +30,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+#[path = "support/reap.rs"]
+mod reap;
+
 use std::collections::BTreeMap;
 use std::env;
 use std::fmt::Write as _;
@@ -54,6 +57,7 @@ use kube_fake_client::ClientBuilder;
 
 use common::api_bridge::{ApiBridge, Record};
 use common::{GitDaemon, Upstream};
+use reap::wait4;
 
 /// The hidden argument under which this binary is the controller side:
 /// `__controller API_URL REGISTRATIONS TARGETS CONCURRENCY CACHE_DIR`.
@@ -263,23 +267,6 @@ fn cdtarget_yaml(repo: usize, target: usize) -> String {
          poolName: pool-{target}\n",
         target % 250
     )
-}
-
-fn wait4(pid: libc::pid_t) -> io::Result<(i32, libc::rusage)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain old data, and wait4 only writes to the two pointers it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: as above; `pid` is our own unreaped child.
-        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if reaped == pid {
-            return Ok((status, usage));
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
 }
 
 // === the controller side (child process) ===

@@ -15,6 +15,9 @@
 //! benchmark and from the other contenders. Nothing here asserts on time; it prints the numbers
 //! and the ratios.
 
+#[path = "support/reap.rs"]
+mod reap;
+
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
@@ -23,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use reap::wait4;
 
 /// The hidden argument under which this binary is the bare round trip.
 const ROUNDTRIP_ARG: &str = "__roundtrip";
@@ -362,23 +367,6 @@ fn run_once(mut command: Command) -> io::Result<Measurement> {
         output_bytes,
         output_documents,
     })
-}
-
-fn wait4(pid: libc::pid_t) -> io::Result<(i32, libc::rusage)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain old data, and wait4 only writes to the two pointers it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: as above; `pid` is our own unreaped child.
-        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if reaped == pid {
-            return Ok((status, usage));
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
 }
 
 /// Counts bytes and YAML documents (lines that are exactly `---`, plus a first document that

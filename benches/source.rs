@@ -27,6 +27,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+#[path = "support/reap.rs"]
+mod reap;
+
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
@@ -41,6 +44,7 @@ use std::time::{Duration, Instant};
 use cdtarget::source::{self, Credentials, Fetched, Fetcher, Limits, Reference, Request};
 
 use common::{GitDaemon, Upstream};
+use reap::wait4;
 
 /// The hidden argument under which this binary is one poll pass of cdtarget's `Fetcher`:
 /// `__poll-pass CACHE_ROOT URLS_FILE CONCURRENCY unchanged|updated`.
@@ -404,23 +408,6 @@ fn wait_for_idle_server(daemon: &GitDaemon) {
     while !daemon.running_pids().is_empty() && Instant::now() < deadline {
         // The daemons are the harness's children: nothing to await but their exit.
         thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn wait4(pid: libc::pid_t) -> io::Result<(i32, libc::rusage)> {
-    let mut status = 0;
-    // SAFETY: rusage is plain old data, and wait4 only writes to the two pointers it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: as above; `pid` is our own unreaped child.
-        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if reaped == pid {
-            return Ok((status, usage));
-        }
-        let error = io::Error::last_os_error();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
     }
 }
 
