@@ -59,6 +59,15 @@ const TOKEN: &str = "azp-token";
 /// Bound on every wait: a fetch over ssh on loopback and a reconcile take well under a second.
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// A GitLab webhook whose token and signing token are in [`WEBHOOK_SECRET`].
+fn gitlab_webhook() -> WebhookSpec {
+    WebhookSpec {
+        kind: WebhookType::Gitlab,
+        secret_ref: LocalSecretReference { name: WEBHOOK_SECRET.into() },
+        events: vec![],
+    }
+}
+
 fn config_map_yaml(name: &str, value: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n")
 }
@@ -232,6 +241,24 @@ impl Cluster {
     async fn relay_target(&self) {
         let target = self.api::<CDTarget>(TENANT).get(TARGET).await.expect("get CDTarget");
         self.targets.unbounded_send(watcher::Event::Apply(target)).expect("controller running");
+    }
+
+    /// Stand-in for the initial lists of the watches at start-up: the controller's and the
+    /// receiver keeper's TenantRepository watches (Init, InitApply, InitDone), and the CDTarget
+    /// watch (empty). Returns once the receiver serves the registration and its first reconcile
+    /// succeeded.
+    async fn start_watches_with(&mut self, receiver: &WebhookReceiver) {
+        let mut index_changes = receiver.index.subscribe();
+        let registration = self.registration().await;
+        for events in [&self.registrations, &receiver.registrations] {
+            events.unbounded_send(watcher::Event::Init).unwrap();
+            events.unbounded_send(watcher::Event::InitApply(registration.clone())).unwrap();
+            events.unbounded_send(watcher::Event::InitDone).unwrap();
+        }
+        self.targets.unbounded_send(watcher::Event::Init).unwrap();
+        self.targets.unbounded_send(watcher::Event::InitDone).unwrap();
+        tokio::time::timeout(DEADLINE, index_changes.changed()).await.expect("the registration is served").unwrap();
+        self.repo_reconciles.next_ok("initial list").await;
     }
 
     /// Asserts the CDTarget is applied with this single destination.
@@ -508,28 +535,10 @@ async fn e2e_webhook_post_applies_the_push_and_a_burst_of_deliveries_coalesces()
     cluster.put_secret(TENANT, TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
     let signing = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(SIGNING_KEY));
     cluster.put_secret(PLATFORM, WEBHOOK_SECRET, &[("token", HOOK_TOKEN), ("signingToken", &signing)]).await;
-    let hook = WebhookSpec {
-        kind: WebhookType::Gitlab,
-        secret_ref: LocalSecretReference { name: WEBHOOK_SECRET.into() },
-        events: vec![],
-    };
+    let hook = gitlab_webhook();
     register(&cluster, &sshd, &repo, Some(hook)).await;
     let receiver = WebhookReceiver::start(&cluster).await;
-    let mut index_changes = receiver.index.subscribe();
-
-    // Stand-in for the initial lists of the watches at start-up: the controller's and the
-    // receiver keeper's TenantRepository watches (Init, InitApply, InitDone), and the CDTarget
-    // watch (empty).
-    let registration = cluster.registration().await;
-    for events in [&cluster.registrations, &receiver.registrations] {
-        events.unbounded_send(watcher::Event::Init).unwrap();
-        events.unbounded_send(watcher::Event::InitApply(registration.clone())).unwrap();
-        events.unbounded_send(watcher::Event::InitDone).unwrap();
-    }
-    cluster.targets.unbounded_send(watcher::Event::Init).unwrap();
-    cluster.targets.unbounded_send(watcher::Event::InitDone).unwrap();
-    tokio::time::timeout(DEADLINE, index_changes.changed()).await.expect("the registration is served").unwrap();
-    cluster.repo_reconciles.next_ok("initial list").await;
+    cluster.start_watches_with(&receiver).await;
     let status = cluster.registration().await.status.expect("status written");
     assert_eq!(status.last_applied_revision.as_deref(), Some(first.as_str()), "{status:#?}");
     assert_eq!(status.webhook_path, Some(webhook_path(HOOK_TOKEN, REPO, PLATFORM)), "the path the receiver serves");
@@ -627,11 +636,7 @@ async fn e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes
     };
     let mut cluster = Cluster::start_with(Some(settings)).await;
     cluster.put_secret(PLATFORM, WEBHOOK_SECRET, &[("token", HOOK_TOKEN)]).await;
-    let hook = WebhookSpec {
-        kind: WebhookType::Gitlab,
-        secret_ref: LocalSecretReference { name: WEBHOOK_SECRET.into() },
-        events: vec![],
-    };
+    let hook = gitlab_webhook();
     // The Secret holds the key sshd accepts (a generated one would not be authorized there);
     // the controller derives `identity.pub` from it.
     register(&cluster, &sshd, &repo, Some(hook)).await;
@@ -644,19 +649,7 @@ async fn e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes
         .await
         .unwrap();
     let receiver = WebhookReceiver::start_on(&cluster, listener).await;
-    let mut index_changes = receiver.index.subscribe();
-
-    // Stand-in for the initial lists of the watches at start-up.
-    let registration = cluster.registration().await;
-    for events in [&cluster.registrations, &receiver.registrations] {
-        events.unbounded_send(watcher::Event::Init).unwrap();
-        events.unbounded_send(watcher::Event::InitApply(registration.clone())).unwrap();
-        events.unbounded_send(watcher::Event::InitDone).unwrap();
-    }
-    cluster.targets.unbounded_send(watcher::Event::Init).unwrap();
-    cluster.targets.unbounded_send(watcher::Event::InitDone).unwrap();
-    tokio::time::timeout(DEADLINE, index_changes.changed()).await.expect("the registration is served").unwrap();
-    cluster.repo_reconciles.next_ok("initial list").await;
+    cluster.start_watches_with(&receiver).await;
 
     // Registered on GitLab: the Secret's key, read-only, and the hook at the receiver.
     let status = cluster.registration().await.status.expect("status written");
