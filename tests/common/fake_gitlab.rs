@@ -1339,7 +1339,7 @@ fn route_call(state: &mut StateData, base_url: &str, call: &Call, user: u64, res
             match method.clone() {
                 Method::GET => Answer::json(200, hook.entity(project_id)),
                 Method::PUT => {
-                    if !HOOK_PARAMS.iter().any(|p| call.params.contains_key(*p)) {
+                    if !HOOK_SETTINGS.iter().chain(EVENT_FLAGS).any(|p| call.params.contains_key(*p)) {
                         return Answer::error(400, "No parameters provided");
                     }
                     let mut edited = hook.clone();
@@ -1426,7 +1426,8 @@ fn add_deploy_key(state: &mut StateData, call: &Call, project_id: i64, user: u64
     Answer::json(201, key_entity(&state.keys[&id], Some(can_push)))
 }
 
-const HOOK_PARAMS: &[&str] = &[
+/// The hook parameters besides the event flags ([`EVENT_FLAGS`]).
+const HOOK_SETTINGS: &[&str] = &[
     "url",
     "name",
     "description",
@@ -1436,25 +1437,6 @@ const HOOK_PARAMS: &[&str] = &[
     "push_events_branch_filter",
     "branch_filter_strategy",
     "custom_webhook_template",
-    "push_events",
-    "tag_push_events",
-    "merge_requests_events",
-    "issues_events",
-    "confidential_issues_events",
-    "note_events",
-    "confidential_note_events",
-    "job_events",
-    "pipeline_events",
-    "wiki_page_events",
-    "deployment_events",
-    "releases_events",
-    "feature_flag_events",
-    "emoji_events",
-    "resource_access_token_events",
-    "member_events",
-    "project_events",
-    "milestone_events",
-    "vulnerability_events",
 ];
 
 fn add_hook(state: &mut StateData, call: &Call, project_id: i64) -> Answer {
