@@ -20,7 +20,7 @@ use kube::{Resource, ResourceExt};
 use crate::api::tenant_repository::{GitLabStatus, TenantRepository, webhook_token};
 use crate::controller::conditions;
 use crate::controller::events::{self, Transition};
-use crate::controller::tenant_repository::{Context, Error, GitLabSettings, TRANSIENT_RETRY, Verdict};
+use crate::controller::tenant_repository::{Context, Error, GitLabSettings, SecretReads, TRANSIENT_RETRY, Verdict};
 use crate::gitlab::{self, GitLabError, SyncInput, SyncOutcome, keys};
 use crate::source::FailureClass;
 
@@ -166,14 +166,6 @@ fn write_error(what: &'static str, name: String) -> impl FnOnce(kube::Error) -> 
     move |source| Error::Write { what, name, source }
 }
 
-async fn get_secret(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
-    Api::<Secret>::namespaced(ctx.client.clone(), namespace).get_opt(name).await.map_err(|source| Error::Read {
-        kind: "Secret",
-        name: format!("{namespace}/{name}"),
-        source,
-    })
-}
-
 async fn patch_finalizers(
     ctx: &Context,
     namespace: &str,
@@ -191,7 +183,12 @@ async fn patch_finalizers(
 
 /// Before the fetch: our finalizer is on the registration, and the key pair Secret exists
 /// (generated and created when missing, so the first fetch already has credentials).
-pub async fn prepare(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Result<(), Error> {
+pub async fn prepare(
+    repo: &TenantRepository,
+    namespace: &str,
+    ctx: &Context,
+    secrets: &SecretReads,
+) -> Result<(), Error> {
     let (Some(spec), Some(settings)) = (&repo.spec.gitlab, &ctx.gitlab) else { return Ok(()) };
     if !syncs(repo) {
         return Ok(());
@@ -200,7 +197,7 @@ pub async fn prepare(repo: &TenantRepository, namespace: &str, ctx: &Context) ->
         patch_finalizers(ctx, namespace, repo, list).await?;
     }
     let Some(secret_ref) = &repo.spec.secret_ref else { return Ok(()) };
-    if !spec.manage_deploy_key || get_secret(ctx, namespace, &secret_ref.name).await?.is_some() {
+    if !spec.manage_deploy_key || secrets.get(&secret_ref.name).await?.is_some() {
         return Ok(());
     }
     let marker = gitlab::marker(namespace, &repo.name_any());
@@ -226,10 +223,14 @@ pub async fn prepare(repo: &TenantRepository, namespace: &str, ctx: &Context) ->
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => {
             tracing::info!(registration = %marker, fingerprint = %pair.fingerprint, "generated the deploy key Secret");
+            secrets.forget(&secret_ref.name);
             Ok(())
         }
         // Made meanwhile (by a person, or a previous attempt): use it.
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            secrets.forget(&secret_ref.name);
+            Ok(())
+        }
         Err(source) => {
             Err(write_error("creating the deploy key Secret", format!("{namespace}/{}", secret_ref.name))(source))
         }
@@ -242,7 +243,7 @@ pub async fn prepare(repo: &TenantRepository, namespace: &str, ctx: &Context) ->
 async fn input_for(
     repo: &TenantRepository,
     namespace: &str,
-    ctx: &Context,
+    secrets: &SecretReads,
     settings: &GitLabSettings,
     placeholders: bool,
 ) -> Result<Result<(SyncInput, Option<Secret>), GitLabStep>, Error> {
@@ -256,7 +257,7 @@ async fn input_for(
             )));
         };
         let name = format!("{namespace}/{}", secret_ref.name);
-        secret = get_secret(ctx, namespace, &secret_ref.name).await?;
+        secret = secrets.get(&secret_ref.name).await?;
         let data = secret.as_ref().and_then(|s| s.data.clone()).unwrap_or_default();
         let found = match (text(&data, keys::IDENTITY_PUB), text(&data, keys::IDENTITY)) {
             (Some(public), _) => Ok(public),
@@ -277,7 +278,7 @@ async fn input_for(
     if spec.manage_webhook {
         let read = match &repo.spec.webhook {
             Some(webhook) => {
-                let secret = get_secret(ctx, namespace, &webhook.secret_ref.name).await?;
+                let secret = secrets.get(&webhook.secret_ref.name).await?;
                 secret
                     .and_then(|s| s.data)
                     .and_then(|d| d.get("token").and_then(|t| webhook_token(&t.0)).map(str::to_owned))
@@ -304,12 +305,17 @@ async fn input_for(
 
 /// After the apply: syncs key and hook (rotating the key first when asked) and says what to
 /// report. `None` for a registration without `spec.gitlab`.
-pub async fn sync(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Result<Option<GitLabStep>, Error> {
+pub async fn sync(
+    repo: &TenantRepository,
+    namespace: &str,
+    ctx: &Context,
+    secrets: &SecretReads,
+) -> Result<Option<GitLabStep>, Error> {
     if !syncs(repo) {
         return Ok(None);
     }
     let Some(settings) = &ctx.gitlab else { return Ok(Some(not_configured())) };
-    let (input, secret) = match input_for(repo, namespace, ctx, settings, false).await? {
+    let (input, secret) = match input_for(repo, namespace, secrets, settings, false).await? {
         Ok(found) => found,
         Err(step) => return Ok(Some(step)),
     };
@@ -317,11 +323,13 @@ pub async fn sync(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Re
     if let Some(secret) = secret
         && let Some(value) = rotation_due(repo, &secret)
     {
+        let name = secret.name_any();
         if let Some(step) = rotate(repo, namespace, ctx, settings, &input, secret, &value).await? {
             return Ok(Some(step));
         }
+        secrets.forget(&name);
         // The Secret holds the new pair: this plain sync removes the old key.
-        input = match input_for(repo, namespace, ctx, settings, false).await? {
+        input = match input_for(repo, namespace, secrets, settings, false).await? {
             Ok((input, _)) => input,
             Err(step) => return Ok(Some(step)),
         };
@@ -389,10 +397,12 @@ pub async fn finalize(
     }
     let result = match &ctx.gitlab {
         None => Err(not_configured()),
-        Some(settings) => match input_for(repo, namespace, ctx, settings, true).await? {
-            Err(step) => Err(step),
-            Ok((input, _)) => gitlab::remove(&settings.client, &input).await.map_err(|e| step_of(&Err(e))),
-        },
+        Some(settings) => {
+            match input_for(repo, namespace, &SecretReads::new(&ctx.client, namespace), settings, true).await? {
+                Err(step) => Err(step),
+                Ok((input, _)) => gitlab::remove(&settings.client, &input).await.map_err(|e| step_of(&Err(e))),
+            }
+        }
     };
     match result {
         Ok(outcome) => {

@@ -722,10 +722,11 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
     }
     // Finalizer and key pair Secret: a failure here is reported by the sync step below (the
     // finalizer is added again on every pass), never stops the Git apply.
-    let prepared = gitlab_step::prepare(&repo, &namespace, &ctx).await;
+    let secrets = SecretReads::new(&ctx.client, &namespace);
+    let prepared = gitlab_step::prepare(&repo, &namespace, &ctx, &secrets).await;
 
-    let observed = observe(&repo, &namespace, &ctx).await?;
-    let webhook = read_webhook_path(&ctx.client, &namespace, &repo).await?;
+    let observed = observe(&repo, &namespace, &ctx, &secrets).await?;
+    let webhook = read_webhook_path(&secrets, &namespace, &repo).await?;
     let mut plan = plan(&repo, observed, jitter(&repo.spec));
 
     let mut failure = None;
@@ -763,7 +764,7 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
 
     // After the apply and whatever its outcome: a GitLab failure never blocks or undoes it.
     let step = match prepared {
-        Ok(()) => gitlab_step::sync(&repo, &namespace, &ctx).await,
+        Ok(()) => gitlab_step::sync(&repo, &namespace, &ctx, &secrets).await,
         Err(e) => Err(e),
     };
     plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
@@ -783,7 +784,12 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
 }
 
 /// Reads what the plan needs, stopping at the first step that fails.
-async fn observe(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Result<Observed, Error> {
+async fn observe(
+    repo: &TenantRepository,
+    namespace: &str,
+    ctx: &Context,
+    secrets: &SecretReads,
+) -> Result<Observed, Error> {
     if repo.spec.suspend {
         return Ok(Observed::Suspended);
     }
@@ -796,7 +802,7 @@ async fn observe(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Res
     };
     let (credentials, ca_bundle) = match &repo.spec.secret_ref {
         None => (Credentials::None, None),
-        Some(secret_ref) => match read_secret(&ctx.client, namespace, &secret_ref.name).await? {
+        Some(secret_ref) => match secrets.data(&secret_ref.name).await? {
             None => return Ok(Observed::SecretNotFound(format!("{namespace}/{}", secret_ref.name))),
             Some(data) => match credentials_from_secret(&data) {
                 Ok(found) => found,
@@ -833,24 +839,54 @@ async fn observe(repo: &TenantRepository, namespace: &str, ctx: &Context) -> Res
     Ok(Observed::Fetched { revision, load })
 }
 
-async fn read_secret(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<BTreeMap<String, ByteString>>, Error> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = api.get_opt(name).await.map_err(|source| Error::Read {
-        kind: "Secret",
-        name: format!("{namespace}/{name}"),
-        source,
-    })?;
-    Ok(secret.map(|s| s.data.unwrap_or_default()))
+/// The Secrets of the registration's namespace as read during one reconcile: each is fetched
+/// from the API server once, however many steps need it (credentials, webhook token, GitLab).
+pub struct SecretReads {
+    client: Client,
+    namespace: String,
+    read: std::sync::Mutex<BTreeMap<String, Option<Secret>>>,
+}
+
+impl SecretReads {
+    /// Nothing read yet from `namespace`.
+    pub fn new(client: &Client, namespace: &str) -> Self {
+        SecretReads { client: client.clone(), namespace: namespace.to_owned(), read: Default::default() }
+    }
+
+    /// Secret `name`, read once.
+    pub async fn get(&self, name: &str) -> Result<Option<Secret>, Error> {
+        if let Some(read) = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(name) {
+            return Ok(read.clone());
+        }
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let secret = api.get_opt(name).await.map_err(|source| Error::Read {
+            kind: "Secret",
+            name: format!("{}/{name}", self.namespace),
+            source,
+        })?;
+        self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), secret.clone());
+        Ok(secret)
+    }
+
+    /// The data of Secret `name`, read once.
+    pub async fn data(&self, name: &str) -> Result<Option<BTreeMap<String, ByteString>>, Error> {
+        Ok(self.get(name).await?.map(|s| s.data.unwrap_or_default()))
+    }
+
+    /// Forgets Secret `name` after this reconcile wrote it, so the next step reads what was written.
+    pub fn forget(&self, name: &str) {
+        self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
+    }
 }
 
 /// The receiver path, when the registration has a webhook whose Secret holds a `token`.
-async fn read_webhook_path(client: &Client, namespace: &str, repo: &TenantRepository) -> Result<Option<String>, Error> {
+async fn read_webhook_path(
+    secrets: &SecretReads,
+    namespace: &str,
+    repo: &TenantRepository,
+) -> Result<Option<String>, Error> {
     let Some(webhook) = &repo.spec.webhook else { return Ok(None) };
-    let data = read_secret(client, namespace, &webhook.secret_ref.name).await?;
+    let data = secrets.data(&webhook.secret_ref.name).await?;
     let token = data.as_ref().and_then(|d| d.get("token")).and_then(|t| webhook_token(&t.0));
     Ok(token.map(|t| webhook_path(t, &repo.name_any(), namespace)))
 }

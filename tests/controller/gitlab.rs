@@ -149,9 +149,27 @@ async fn a_registration_gets_a_generated_key_pair_a_read_only_key_and_a_hook() {
 
     // In sync: two listings, no write on GitLab.
     fixture.gitlab.reset_counts();
+    fixture.cluster.bridge.clear();
     fixture.reconcile().await;
     let counts = fixture.gitlab.counts();
     assert_eq!((counts.writes(), counts.method("GET")), (0, 2), "{counts:?}");
+    // Credentials, webhook path and GitLab step share one read of each Secret.
+    let mut secret_reads: Vec<String> = fixture
+        .cluster
+        .bridge
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.contains("/secrets/"))
+        .map(|r| r.path)
+        .collect();
+    secret_reads.sort();
+    assert_eq!(
+        secret_reads,
+        [
+            format!("/api/v1/namespaces/{PLATFORM}/secrets/{HOOK_SECRET}"),
+            format!("/api/v1/namespaces/{PLATFORM}/secrets/{KEY_SECRET}")
+        ]
+    );
     assert_eq!(fixture.gitlab.deploy_keys(fixture.project).len(), 1);
 }
 
