@@ -231,7 +231,7 @@ pub fn main(args: Args) -> ExitCode {
 pub async fn run(args: Args) -> Result<(), RunError> {
     let address = telemetry::parse_listen_address(&args.metrics_address).map_err(RunError::Flag)?;
     // Bad GitLab flags stop the start-up, before anything connects.
-    gitlab_settings(&args).map_err(RunError::Flag)?;
+    let gitlab = gitlab_settings(&args).map_err(RunError::Flag)?;
     let webhook_address = telemetry::parse_listen_address(&args.webhook_addr)
         .map_err(|e| RunError::Flag(format!("--webhook-addr: {e}")))?;
     let client = connect(API_CHECK_TIMEOUT).await?;
@@ -265,7 +265,7 @@ pub async fn run(args: Args) -> Result<(), RunError> {
         async move { webhook::keep_index(client, &namespace, shard, index, stopped(http_stop_rx)).await }
     });
 
-    let result = lead_and_reconcile(&args, client, state.clone(), &receiver, stop_tx, stop_rx).await;
+    let result = lead_and_reconcile(&args, client, gitlab, state.clone(), &receiver, stop_tx, stop_rx).await;
     state.set_ready(false);
     let _ = http_stop_tx.send(true);
     let _ = http.await;
@@ -337,6 +337,7 @@ fn shutdown_future(stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Se
 async fn lead_and_reconcile(
     args: &Args,
     client: Client,
+    gitlab: Option<tenant_repository::GitLabSettings>,
     state: Arc<State>,
     receiver: &webhook::Receiver,
     stop_tx: watch::Sender<bool>,
@@ -344,7 +345,7 @@ async fn lead_and_reconcile(
 ) -> Result<(), RunError> {
     if !args.leader_elect {
         state.set_leader(true);
-        return reconcile_until_stopped(args, client, state, receiver, stop_rx).await;
+        return reconcile_until_stopped(args, client, gitlab, state, receiver, stop_rx).await;
     }
     let identity = args.identity.clone().or_else(host_name).unwrap_or_else(|| "cdtarget".into());
     let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
@@ -388,7 +389,7 @@ async fn lead_and_reconcile(
         }
         lost
     });
-    let result = reconcile_until_stopped(args, client, state.clone(), receiver, stop_rx).await;
+    let result = reconcile_until_stopped(args, client, gitlab, state.clone(), receiver, stop_rx).await;
     // The watcher task holds a receiver of the lease channel: end it so the lease is released.
     let lost = if lost_lease.is_finished() {
         lost_lease.await.unwrap_or(false)
@@ -414,6 +415,7 @@ fn host_name() -> Option<String> {
 async fn reconcile_until_stopped(
     args: &Args,
     client: Client,
+    gitlab: Option<tenant_repository::GitLabSettings>,
     state: Arc<State>,
     receiver: &webhook::Receiver,
     stop: watch::Receiver<bool>,
@@ -437,7 +439,7 @@ async fn reconcile_until_stopped(
     );
     let mut repo_ctx =
         tenant_repository::Context::new(client.clone(), fetcher, &args.namespace, &args.policy_configmap);
-    match gitlab_settings(args).map_err(RunError::Flag)? {
+    match gitlab {
         Some(settings) => repo_ctx = repo_ctx.with_gitlab(settings),
         None => {
             info!("no --gitlab-url: registrations with spec.gitlab report GitLabSynced=False (GitLabNotConfigured)")
