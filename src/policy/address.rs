@@ -98,7 +98,11 @@ pub fn check(text: &str, purpose: Use, rules: &Rules<'_>) -> Result<IpNet, Strin
         ));
     }
     let written = parse(text, purpose)?;
-    let (net, spelling) = canonical_form(text, &written)?;
+    let form = canonical_form(text, &written)?;
+    let (net, spelling) = match form {
+        Form::Embedded(v4, spelling) => (v4, spelling),
+        Form::Plain | Form::Contains(..) => (written, Spelling::Plain),
+    };
     let quoted = match spelling {
         Spelling::Plain => format!("`{text}`"),
         _ => format!("`{text}` ({} for {})", spelling.describe(), written_like(text, &net)),
@@ -120,6 +124,12 @@ pub fn check(text: &str, purpose: Use, rules: &Rules<'_>) -> Result<IpNet, Strin
                 "{quoted} is broader than the policy allows; {family} destinations need a prefix of /{minimum} or longer"
             ));
         }
+    }
+    if let Form::Contains(range, spelling) = form {
+        return Err(format!(
+            "`{text}` contains the {} range {range}, whose addresses reach IPv4 destinations; IPv6 networks must not contain it, write IPv4 destinations as IPv4",
+            spelling.describe()
+        ));
     }
     if purpose != Use::PlatformTarget
         && let Some(forbidden) = rules.forbidden.iter().find(|f| cidr::overlaps(&net, f))
@@ -163,36 +173,43 @@ fn parse(text: &str, purpose: Use) -> Result<IpNet, String> {
     }
 }
 
-/// The network as the CNI sees it: an IPv6 spelling of IPv4 becomes the IPv4 network. IPv6
-/// networks that contain one of those ranges without lying inside it are refused.
-fn canonical_form(text: &str, net: &IpNet) -> Result<(IpNet, Spelling), String> {
-    let IpNet::V6(v6) = net else { return Ok((*net, Spelling::Plain)) };
-    for (range, spelling) in [(IPV4_MAPPED, Spelling::Mapped), (IPV4_COMPATIBLE, Spelling::Compatible)] {
+/// What an IPv6 network has to do with the IPv4-embedding ranges.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    /// Nothing: IPv4, or IPv6 outside both ranges.
+    Plain,
+    /// Inside one: the IPv4 network the CNI sees, and how it was spelled.
+    Embedded(IpNet, Spelling),
+    /// Contains one without lying inside it (the range's text).
+    Contains(&'static str, Spelling),
+}
+
+/// The network as the CNI sees it: an IPv6 spelling of IPv4 becomes the IPv4 network. The IPv6
+/// loopback and unspecified addresses, which lie in the IPv4-compatible range, are refused here.
+fn canonical_form(text: &str, net: &IpNet) -> Result<Form, String> {
+    let IpNet::V6(v6) = net else { return Ok(Form::Plain) };
+    let ranges = [(IPV4_MAPPED, "::ffff:0:0/96", Spelling::Mapped), (IPV4_COMPATIBLE, "::/96", Spelling::Compatible)];
+    for (range, range_text, spelling) in ranges {
         if range.contains(v6) {
-            if spelling == Spelling::Compatible && v6.prefix_len() == 128 {
-                let what = match v6.addr() {
-                    Ipv6Addr::LOCALHOST => Some("the IPv6 loopback address"),
-                    Ipv6Addr::UNSPECIFIED => Some("the unspecified address"),
-                    _ => None,
+            if v6.prefix_len() == 128 && (v6.addr() == Ipv6Addr::LOCALHOST || v6.addr() == Ipv6Addr::UNSPECIFIED) {
+                let what = if v6.addr() == Ipv6Addr::LOCALHOST {
+                    "the IPv6 loopback address"
+                } else {
+                    "the unspecified address"
                 };
-                if let Some(what) = what {
-                    return Err(format!(
-                        "`{text}` is {what}; agents cannot reach anything there, name the destination's own address"
-                    ));
-                }
+                return Err(format!(
+                    "`{text}` is {what}; agents cannot reach anything there, name the destination's own address"
+                ));
             }
             let low = u32::try_from(u128::from(v6.addr()) & u128::from(u32::MAX)).expect("32 bits");
             let v4 = Ipv4Net::new(Ipv4Addr::from(low), v6.prefix_len() - 96).expect("prefix within 0..=32");
-            return Ok((IpNet::V4(v4), spelling));
+            return Ok(Form::Embedded(IpNet::V4(v4), spelling));
         }
         if v6.contains(&range) {
-            return Err(format!(
-                "`{text}` contains the {} range {range}, whose addresses reach IPv4 destinations; IPv6 networks must not contain it, write IPv4 destinations as IPv4",
-                spelling.describe()
-            ));
+            return Ok(Form::Contains(range_text, spelling));
         }
     }
-    Ok((*net, Spelling::Plain))
+    Ok(Form::Plain)
 }
 
 /// The IPv4 form to write instead, as an address when the tenant wrote an address.

@@ -16,7 +16,6 @@ use ipnet::IpNet;
 use url::{Host, Url};
 
 use super::address::{self, Rules, Use};
-use super::cidr;
 
 /// The longest URL accepted.
 pub const MAX_URL_LEN: usize = crate::api::cdtarget::limits::URL_BYTES;
@@ -48,7 +47,8 @@ impl HostPattern {
     /// Parses an allow-list entry: `dev.azure.com`, `*.visualstudio.com`, `10.1.2.3` or
     /// `10.1.0.0/16`.
     pub fn parse(text: &str) -> Result<HostPattern, String> {
-        if text.contains('/') || text.parse::<IpAddr>().is_ok() {
+        let address_part = text.split_once('/').map_or(text, |(address, _)| address);
+        if address_part.parse::<IpAddr>().is_ok() {
             let net = address::check(text, Use::PlatformTarget, &Rules::SPELLING_ONLY)?;
             return Ok(HostPattern::Network(net));
         }
@@ -160,7 +160,7 @@ fn check_literal(
     if !allowed.iter().any(|p| p.matches_address(&checked)) {
         return Err(format!(
             "`{shown}`: the literal address {} is not allowed as a host; use the service's host name (the platform policy allows: {})",
-            cidr::canonical(&checked),
+            checked.addr(),
             list()
         ));
     }
