@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = require_spec_fields)]
+#[schemars(transform = require_spec_fields, transform = bound_spec_lists)]
 pub struct CDTargetSpec {
     /// Egress destinations of the agents: IPv4 or IPv6 addresses (`10.0.0.1`, `2001:db8::1`) or
     /// CIDRs (`10.1.0.0/24`). An empty list means no tenant destinations, never "everywhere".
@@ -95,6 +95,37 @@ pub struct CDTargetSpec {
     /// DNS settings of the agent pods; custom nameservers also get an egress rule on port 53.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_config: Option<PodDNSConfig>,
+}
+
+/// Bounds on every list and map a tenant writes in a CDTarget: `maxItems` / `maxProperties` in
+/// the CRD schema, and the same numbers in validation (`src/render/validate.rs`), which names
+/// the field and the bound. Where Kubernetes has a bound of its own (nameservers, searches), it
+/// is the same.
+pub mod limits {
+    /// `ip` entries.
+    pub const IP: usize = 256;
+    /// Bytes of one `ip` entry (an expanded IPv6 CIDR with a dotted IPv4 tail takes 49).
+    pub const IP_ENTRY_BYTES: usize = 64;
+    /// `additionalSelector` labels.
+    pub const ADDITIONAL_SELECTOR: usize = 32;
+    /// `imagePullSecrets` entries.
+    pub const IMAGE_PULL_SECRETS: usize = 16;
+    /// `env` entries.
+    pub const ENV: usize = 128;
+    /// `triggerMeta` keys (KEDA's scaler reads 14).
+    pub const TRIGGER_META: usize = 32;
+    /// `dnsConfig.nameservers` entries (Kubernetes' own limit).
+    pub const NAMESERVERS: usize = 3;
+    /// `dnsConfig.searches` entries (Kubernetes' own limit).
+    pub const SEARCHES: usize = 32;
+    /// `dnsConfig.options` entries.
+    pub const DNS_OPTIONS: usize = 16;
+    /// `agentResources.requests` / `limits` entries.
+    pub const RESOURCES: usize = 16;
+    /// `agentResources.claims` entries: none, the agent pod declares no resource claims.
+    pub const RESOURCE_CLAIMS: usize = 0;
+    /// Bytes of `config.url` and `triggerMeta.organizationURL`.
+    pub const URL_BYTES: usize = 2048;
 }
 
 /// Registration settings of the agents (the seed's `config`).
@@ -166,6 +197,33 @@ pub struct RenderedSummary {
 
 fn require_spec_fields(schema: &mut schemars::Schema) {
     require(schema, &["agentImage", "tokenRef", "config"]);
+}
+
+/// Puts [`limits`] into the (inlined) spec schema.
+fn bound_spec_lists(schema: &mut schemars::Schema) {
+    use serde_json::json;
+    let bounds: [(&[&str], &str, usize); 12] = [
+        (&["ip"], "maxItems", limits::IP),
+        (&["additionalSelector"], "maxProperties", limits::ADDITIONAL_SELECTOR),
+        (&["imagePullSecrets"], "maxItems", limits::IMAGE_PULL_SECRETS),
+        (&["env"], "maxItems", limits::ENV),
+        (&["triggerMeta"], "maxProperties", limits::TRIGGER_META),
+        (&["dnsConfig", "nameservers"], "maxItems", limits::NAMESERVERS),
+        (&["dnsConfig", "searches"], "maxItems", limits::SEARCHES),
+        (&["dnsConfig", "options"], "maxItems", limits::DNS_OPTIONS),
+        (&["agentResources", "requests"], "maxProperties", limits::RESOURCES),
+        (&["agentResources", "limits"], "maxProperties", limits::RESOURCES),
+        (&["agentResources", "claims"], "maxItems", limits::RESOURCE_CLAIMS),
+        (&["config", "url"], "maxLength", limits::URL_BYTES),
+    ];
+    for (path, keyword, bound) in bounds {
+        let pointer: String = path.iter().map(|key| format!("/properties/{key}")).collect();
+        let property = schema.pointer_mut(&pointer).and_then(serde_json::Value::as_object_mut);
+        let property = property.unwrap_or_else(|| panic!("spec.{} is not in the CDTarget schema", path.join(".")));
+        property.insert(keyword.to_owned(), json!(bound));
+    }
+    let ip_items = schema.pointer_mut("/properties/ip/items").and_then(serde_json::Value::as_object_mut);
+    ip_items.expect("spec.ip has items").insert("maxLength".to_owned(), json!(limits::IP_ENTRY_BYTES));
 }
 
 fn require_config_fields(schema: &mut schemars::Schema) {

@@ -33,6 +33,13 @@ pub struct EgressDocument {
     pub cluster_dns: ClusterDnsDocument,
     /// Destinations every agent may reach, whatever its CDTarget says.
     pub platform_targets: Vec<PlatformTargetDocument>,
+    /// IPv6 prefixes of NAT64 translators; no tenant address may overlap one, since through
+    /// the translator it reaches any IPv4 address.
+    pub nat64_prefixes: Vec<String>,
+    /// Whether CDTargets may list their own nameservers (`dnsConfig.nameservers`).
+    pub allow_custom_nameservers: bool,
+    /// The most address space one CDTarget's destinations may open, all of them together.
+    pub max_addresses_per_target: MaxAddressesDocument,
 }
 
 impl Default for EgressDocument {
@@ -44,6 +51,9 @@ impl Default for EgressDocument {
             dns: true,
             cluster_dns: ClusterDnsDocument::default(),
             platform_targets: default_platform_targets(),
+            nat64_prefixes: vec!["64:ff9b::/96".into(), "64:ff9b:1::/48".into()],
+            allow_custom_nameservers: false,
+            max_addresses_per_target: MaxAddressesDocument::default(),
         }
     }
 }
@@ -105,6 +115,23 @@ impl Default for MinPrefixLengthDocument {
     }
 }
 
+/// Caps on the address space of one CDTarget's destinations (their union, per family).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MaxAddressesDocument {
+    /// IPv4 addresses, counted; default 4096 (sixteen /24s).
+    pub ipv4: i64,
+    /// IPv6: at most as many addresses as one network of this prefix length holds (0–128);
+    /// default 56 (256 /64s).
+    pub ipv6_prefix_length: i64,
+}
+
+impl Default for MaxAddressesDocument {
+    fn default() -> Self {
+        MaxAddressesDocument { ipv4: 4096, ipv6_prefix_length: 56 }
+    }
+}
+
 /// Selects the cluster DNS pods.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
@@ -146,6 +173,10 @@ pub struct AgentsDocument {
     pub termination_grace_period_seconds: i64,
     /// User the agent runs as (never root); default 1000.
     pub run_as_user: i64,
+    /// Hosts the URLs a tenant sets (`config.url`, `triggerMeta.organizationURL`) may point at:
+    /// `dev.azure.com`, `*.visualstudio.com` (one label), or an IP address or CIDR for literal
+    /// addresses; default the Azure DevOps hosts.
+    pub allowed_url_hosts: Vec<String>,
 }
 
 impl Default for AgentsDocument {
@@ -155,6 +186,7 @@ impl Default for AgentsDocument {
             max_replicas: 10,
             termination_grace_period_seconds: 3600,
             run_as_user: 1000,
+            allowed_url_hosts: vec!["dev.azure.com".into(), "*.visualstudio.com".into()],
         }
     }
 }

@@ -5,12 +5,29 @@ use std::str::FromStr;
 
 use ipnet::IpNet;
 
-/// Parses an address or CIDR; a bare address becomes a /32 or /128.
+/// Parses an address or CIDR written the way the admins' lists take it; a bare address becomes
+/// a /32 or /128.
 ///
 /// Rejected, with what would be accepted: anything that is not an IPv4/IPv6 address or CIDR,
-/// CIDRs with host bits set, and IPv4-mapped IPv6 addresses.
+/// CIDRs with host bits set, and IPv4-mapped IPv6 addresses. Tenant addresses and everything
+/// rendered into an `ipBlock` go through [`super::address::check`], which also applies the
+/// policy's rules.
 pub fn parse(input: &str) -> Result<IpNet, String> {
-    let net = if input.contains('/') {
+    let net = parse_network(input)?;
+    if let IpNet::V6(v6) = net
+        && let Some(v4) = v6.addr().to_ipv4_mapped()
+    {
+        let instead =
+            if input.contains('/') { format!("{v4}/{}", v6.prefix_len().saturating_sub(96)) } else { v4.to_string() };
+        return Err(format!("`{input}` is an IPv4-mapped IPv6 address; write the IPv4 form `{instead}` instead"));
+    }
+    Ok(net)
+}
+
+/// The syntax alone: an IPv4/IPv6 address (a host network) or a CIDR without host bits, exactly
+/// as written, whatever range it is in.
+pub fn parse_network(input: &str) -> Result<IpNet, String> {
+    if input.contains('/') {
         let net = IpNet::from_str(input).map_err(|_| {
             format!("`{input}` is not a CIDR; expected an address with a prefix length, such as `10.1.0.0/24` or `2001:db8::/64`")
         })?;
@@ -21,21 +38,13 @@ pub fn parse(input: &str) -> Result<IpNet, String> {
                 net.addr()
             ));
         }
-        net
+        Ok(net)
     } else {
         let addr = IpAddr::from_str(input).map_err(|_| {
             format!("`{input}` is not an IP address or CIDR; expected for example `10.0.0.1`, `2001:db8::1` or `10.1.0.0/24`")
         })?;
-        IpNet::from(addr)
-    };
-    if let IpNet::V6(v6) = net
-        && let Some(v4) = v6.addr().to_ipv4_mapped()
-    {
-        let instead =
-            if input.contains('/') { format!("{v4}/{}", v6.prefix_len().saturating_sub(96)) } else { v4.to_string() };
-        return Err(format!("`{input}` is an IPv4-mapped IPv6 address; write the IPv4 form `{instead}` instead"));
+        Ok(IpNet::from(addr))
     }
-    Ok(net)
 }
 
 /// Whether the network is every address of its family (`0.0.0.0/0`, `::/0`).

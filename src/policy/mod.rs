@@ -1,7 +1,9 @@
 //! The cluster admin's policy: parsed from its document (or the seed's legacy `cdtarget-ports`
 //! format), checked, and turned into the [`Policy`] every CDTarget is rendered within.
 
+pub mod address;
 pub mod cidr;
+pub mod outbound;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,6 +16,7 @@ use crate::api::names;
 use crate::api::policy::{PolicyDocument, PortDocument};
 use crate::problem::{Problem, Problems, join_path};
 use crate::{schema_check, yaml};
+use outbound::HostPattern;
 
 /// A checked policy. Build it with [`parse`], [`from_document`] or [`Policy::default`].
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +41,42 @@ pub struct Policy {
     pub termination_grace_period_seconds: i64,
     /// The non-root user agents run as.
     pub run_as_user: i64,
+    /// NAT64 prefixes no tenant address may overlap.
+    pub nat64_prefixes: Vec<IpNet>,
+    /// Whether CDTargets may list their own nameservers.
+    pub allow_custom_nameservers: bool,
+    /// The most address space one CDTarget's destinations may open together.
+    pub max_addresses: MaxAddresses,
+    /// Hosts the URLs tenants set may point at.
+    pub allowed_url_hosts: Vec<HostPattern>,
+}
+
+/// Caps on the union of one CDTarget's destinations, per family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxAddresses {
+    /// IPv4 addresses, at most 2^32.
+    pub ipv4: u64,
+    /// IPv6 addresses: as many as one network of this prefix length holds.
+    pub ipv6_prefix_length: u8,
+}
+
+impl MaxAddresses {
+    /// The IPv6 cap as a number of addresses (`u128::MAX` standing in for 2^128).
+    pub fn ipv6(&self) -> u128 {
+        1u128.checked_shl(128 - u32::from(self.ipv6_prefix_length)).unwrap_or(u128::MAX)
+    }
+}
+
+impl Policy {
+    /// The rules every tenant address is checked by ([`address::check`]).
+    pub fn address_rules(&self) -> address::Rules<'_> {
+        address::Rules {
+            min_prefix_v4: self.min_prefix_v4,
+            min_prefix_v6: self.min_prefix_v6,
+            forbidden: &self.forbidden,
+            nat64_prefixes: &self.nat64_prefixes,
+        }
+    }
 }
 
 /// A port (or range) and its protocol.
@@ -288,12 +327,7 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
     let mut platform_targets = Vec::new();
     for (i, target) in egress.platform_targets.iter().enumerate() {
         let field = format!("egress.platformTargets[{i}]");
-        let cidr = match cidr::parse(&target.cidr) {
-            Ok(net) if cidr::is_everything(&net) => {
-                Err("is every address; platform targets name specific networks".into())
-            }
-            parsed => parsed,
-        };
+        let cidr = address::check(&target.cidr, address::Use::PlatformTarget, &address::Rules::SPELLING_ONLY);
         let cidr = cidr.map_err(|e| problems.push(format!("{field}.cidr"), e));
         if target.ports.is_empty() {
             problems.push(
@@ -329,6 +363,7 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
         problems.push("agents.runAsUser", "agents never run as root; expected a user id of 1 or more, e.g. 1000");
     }
 
+    let addresses = check_address_limits(document, &mut problems);
     let policy = Policy {
         ports,
         min_prefix_v4: min_prefix_v4.unwrap_or(32),
@@ -340,8 +375,61 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
         max_replicas: max_replicas.unwrap_or(1),
         termination_grace_period_seconds: agents.termination_grace_period_seconds,
         run_as_user: agents.run_as_user,
+        nat64_prefixes: addresses.nat64_prefixes,
+        allow_custom_nameservers: egress.allow_custom_nameservers,
+        max_addresses: addresses.max_addresses,
+        allowed_url_hosts: addresses.allowed_url_hosts,
     };
     problems.finish(policy)
+}
+
+/// The checked address and URL limits of a policy document.
+struct AddressLimits {
+    nat64_prefixes: Vec<IpNet>,
+    max_addresses: MaxAddresses,
+    allowed_url_hosts: Vec<HostPattern>,
+}
+
+fn check_address_limits(document: &PolicyDocument, problems: &mut Problems) -> AddressLimits {
+    let egress = &document.egress;
+    let mut nat64_prefixes = Vec::new();
+    for (i, text) in egress.nat64_prefixes.iter().enumerate() {
+        match cidr::parse(text) {
+            Ok(net @ IpNet::V6(_)) => nat64_prefixes.push(net),
+            Ok(IpNet::V4(_)) => problems.push(
+                format!("egress.nat64Prefixes[{i}]"),
+                format!("`{text}` is IPv4; a NAT64 prefix is an IPv6 network such as `64:ff9b::/96`"),
+            ),
+            Err(e) => problems.push(format!("egress.nat64Prefixes[{i}]"), e),
+        }
+    }
+    let caps = &egress.max_addresses_per_target;
+    let ipv4 = u64::try_from(caps.ipv4).ok().filter(|n| *n <= 1 << 32);
+    if ipv4.is_none() {
+        problems.push(
+            "egress.maxAddressesPerTarget.ipv4",
+            format!("{} is out of range; expected a number of addresses from 0 to 4294967296", caps.ipv4),
+        );
+    }
+    let ipv6_prefix_length = u8::try_from(caps.ipv6_prefix_length).ok().filter(|p| *p <= 128);
+    if ipv6_prefix_length.is_none() {
+        problems.push(
+            "egress.maxAddressesPerTarget.ipv6PrefixLength",
+            format!("{} is out of range; expected a prefix length 0–128", caps.ipv6_prefix_length),
+        );
+    }
+    let mut allowed_url_hosts = Vec::new();
+    for (i, text) in document.agents.allowed_url_hosts.iter().enumerate() {
+        match HostPattern::parse(text) {
+            Ok(pattern) => allowed_url_hosts.push(pattern),
+            Err(e) => problems.push(format!("agents.allowedUrlHosts[{i}]"), e),
+        }
+    }
+    AddressLimits {
+        nat64_prefixes,
+        max_addresses: MaxAddresses { ipv4: ipv4.unwrap_or(0), ipv6_prefix_length: ipv6_prefix_length.unwrap_or(128) },
+        allowed_url_hosts,
+    }
 }
 
 fn check_ports(ports: &[PortDocument], field: &str, problems: &mut Problems) -> Vec<Port> {

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodDNSConfig, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
@@ -119,7 +119,14 @@ pub fn deployment(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDige
                     volumes,
                     image_pull_secrets: (!spec.image_pull_secrets.is_empty()).then(|| spec.image_pull_secrets.clone()),
                     dns_policy: spec.dns_policy.clone(),
-                    dns_config: spec.dns_config.clone(),
+                    dns_config: spec.dns_config.as_ref().map(|config| PodDNSConfig {
+                        // The nameservers as checked: canonical, each once.
+                        nameservers: config
+                            .nameservers
+                            .as_ref()
+                            .map(|_| valid.nameservers.iter().map(|net| net.addr().to_string()).collect()),
+                        ..config.clone()
+                    }),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
                     termination_grace_period_seconds: Some(policy.termination_grace_period_seconds),

@@ -1,25 +1,30 @@
 //! Every check of a CDTarget, reporting all problems at once. What passes becomes a
 //! [`ValidTarget`]: the parsed, canonical values the renderers build from.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::OnceLock;
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use kube::CustomResourceExt;
 use serde_json::Value;
 
+use crate::api::cdtarget::limits;
 use crate::api::labels::RESERVED_PREFIXES;
 use crate::api::{CDTarget, CDTargetSpec, names};
-use crate::policy::{Policy, cidr};
+use crate::policy::address::{self, Use};
+use crate::policy::{Policy, outbound};
 use crate::problem::{Problem, Problems};
 use crate::schema_check;
+
+/// Kubernetes' bound on the search list, all domains with a space between them.
+const MAX_SEARCH_LIST_CHARS: usize = 2048;
 
 /// KEDA derives the HPA name `keda-hpa-<name>` and rejects it past 63 characters.
 pub const MAX_SCALED_OBJECT_NAME: usize = 54;
 
 /// Trigger metadata keys of KEDA's `azure-pipelines` scaler, and what each accepts.
 const TRIGGER_META: &[(&str, MetaKind)] = &[
-    ("organizationURLFromEnv", MetaKind::Text),
+    ("organizationURLFromEnv", MetaKind::UrlVariable),
     ("organizationURL", MetaKind::Url),
     ("personalAccessTokenFromEnv", MetaKind::Text),
     ("poolName", MetaKind::Text),
@@ -39,6 +44,8 @@ const TRIGGER_META: &[(&str, MetaKind)] = &[
 enum MetaKind {
     Text,
     Url,
+    /// The name of the variable KEDA reads the organization URL from: only the rendered one.
+    UrlVariable,
     Integer,
     Boolean,
 }
@@ -54,7 +61,8 @@ pub struct ValidTarget<'a> {
     pub namespace: &'a str,
     /// Tenant destinations, canonical and without duplicates, in the order given.
     pub destinations: Vec<IpNet>,
-    /// Custom nameservers from `dnsConfig`, as host networks.
+    /// Custom nameservers from `dnsConfig`, as host networks, canonical and without duplicates,
+    /// in the order given.
     pub nameservers: Vec<IpNet>,
     /// Fewest agents.
     pub min_replicas: i32,
@@ -80,18 +88,22 @@ pub fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<ValidTarget
     let destinations = check_destinations(&spec.ip, policy, &mut problems);
     check_selector(&spec.additional_selector, &mut problems);
     check_image(&spec.agent_image, policy, &mut problems);
-    for (i, secret) in spec.image_pull_secrets.iter().enumerate() {
-        if let Err(e) = names::dns1123_subdomain(&secret.name) {
-            problems.push(format!("spec.imagePullSecrets[{i}].name"), e);
+    let pull_secrets = spec.image_pull_secrets.len();
+    if within("spec.imagePullSecrets", pull_secrets, limits::IMAGE_PULL_SECRETS, "", &mut problems) {
+        for (i, secret) in spec.image_pull_secrets.iter().enumerate() {
+            if let Err(e) = names::dns1123_subdomain(&secret.name) {
+                problems.push(format!("spec.imagePullSecrets[{i}].name"), e);
+            }
         }
     }
+    check_resources(spec, &mut problems);
     let (min_replicas, max_replicas) = check_replicas(spec, policy, &mut problems);
     check_env(spec, &mut problems);
     check_secret_ref("spec.tokenRef", Some(&spec.token_ref), true, &mut problems);
     check_secret_ref("spec.proxyRef", spec.proxy_ref.as_ref(), false, &mut problems);
     check_secret_ref("spec.caCertRef", spec.ca_cert_ref.as_ref(), false, &mut problems);
-    check_config(spec, max_replicas, &mut problems);
-    check_trigger_meta(&spec.trigger_meta, &mut problems);
+    check_config(spec, policy, max_replicas, &mut problems);
+    check_trigger_meta(&spec.trigger_meta, policy, &mut problems);
     if min_replicas == 0 && !spec.trigger_meta.contains_key("parent") {
         // Azure DevOps fails queued jobs at once when the pool has no agent at all (seed defect 24).
         problems.push(
@@ -181,51 +193,82 @@ fn check_name(name: &str, problems: &mut Problems) {
     }
 }
 
+/// Reports a list (or map) longer than its bound; the entries of such a list are not checked one
+/// by one, so an oversized list costs one problem, not one per entry.
+fn within(field: &str, len: usize, bound: usize, hint: &str, problems: &mut Problems) -> bool {
+    if len <= bound {
+        return true;
+    }
+    let entries = if bound == 1 { "entry" } else { "entries" };
+    problems.push(field, format!("has {len} entries; at most {bound} {entries} are accepted{hint}"));
+    false
+}
+
 fn check_destinations(ips: &[String], policy: &Policy, problems: &mut Problems) -> Vec<IpNet> {
-    let mut destinations: Vec<IpNet> = Vec::new();
     if !ips.is_empty() && policy.ports.is_empty() {
         // Rendering the list without ports would silently drop it.
         problems.push("spec.ip", "the platform policy opens no egress ports to tenant destinations, so none can be reached; ask the cluster admins for ports or remove ip");
     }
+    let hint = "; cover neighbouring addresses with one CIDR (as broad as the policy's minPrefixLength allows)";
+    if !within("spec.ip", ips.len(), limits::IP, hint, problems) {
+        return Vec::new();
+    }
+    let rules = policy.address_rules();
+    let mut seen = HashSet::with_capacity(ips.len());
+    let mut destinations = Vec::new();
     for (i, text) in ips.iter().enumerate() {
-        let field = format!("spec.ip[{i}]");
-        let net = match cidr::parse(text) {
-            Ok(net) => net,
-            Err(e) => {
-                problems.push(field, e);
-                continue;
+        match address::check(text, Use::Destination, &rules) {
+            // Equal after canonical form: kept once, where it first appears.
+            Ok(net) => {
+                if seen.insert(net) {
+                    destinations.push(net);
+                }
             }
-        };
-        if cidr::is_everything(&net) {
-            problems.push(&field, format!("`{text}` is every address; name the destinations the agents need"));
-            continue;
-        }
-        let (family, minimum) = match net {
-            IpNet::V4(_) => ("IPv4", policy.min_prefix_v4),
-            IpNet::V6(_) => ("IPv6", policy.min_prefix_v6),
-        };
-        if net.prefix_len() < minimum {
-            problems.push(
-                &field,
-                format!("`{text}` is broader than the policy allows; {family} destinations need a prefix of /{minimum} or longer"),
-            );
-            continue;
-        }
-        if let Some(forbidden) = policy.forbidden.iter().find(|f| cidr::overlaps(&net, f)) {
-            problems.push(
-                &field,
-                format!("`{text}` overlaps the forbidden range {forbidden}; choose a destination outside it"),
-            );
-            continue;
-        }
-        if !destinations.contains(&net) {
-            destinations.push(net);
+            Err(e) => problems.push(format!("spec.ip[{i}]"), e),
         }
     }
+    check_address_space(&destinations, policy, problems);
     destinations
 }
 
+/// The union of the destinations, per family, against the policy's caps.
+fn check_address_space(destinations: &[IpNet], policy: &Policy, problems: &mut Problems) {
+    let v4: Vec<Ipv4Net> =
+        destinations.iter().filter_map(|n| if let IpNet::V4(n) = n { Some(*n) } else { None }).collect();
+    let v6: Vec<Ipv6Net> =
+        destinations.iter().filter_map(|n| if let IpNet::V6(n) = n { Some(*n) } else { None }).collect();
+    let cap = policy.max_addresses;
+    let v4_total: u64 = Ipv4Net::aggregate(&v4).iter().map(|n| 1u64 << (32 - n.prefix_len())).sum();
+    if v4_total > cap.ipv4 {
+        problems.push(
+            "spec.ip",
+            format!(
+                "the IPv4 destinations open {v4_total} addresses together; the platform policy allows at most {} per CDTarget (egress.maxAddressesPerTarget.ipv4); list narrower destinations",
+                cap.ipv4
+            ),
+        );
+    }
+    let v6_total = Ipv6Net::aggregate(&v6)
+        .iter()
+        .map(|n| 1u128.checked_shl(128 - u32::from(n.prefix_len())).unwrap_or(u128::MAX))
+        .fold(0u128, u128::saturating_add);
+    if v6_total > cap.ipv6() {
+        let log2 = 127 - v6_total.leading_zeros();
+        let most = cap.ipv6_prefix_length;
+        problems.push(
+            "spec.ip",
+            format!(
+                "the IPv6 destinations open about 2^{log2} addresses together, more than one /{most} holds (2^{}), the most the platform policy allows per CDTarget (egress.maxAddressesPerTarget.ipv6PrefixLength); list narrower destinations",
+                128 - u32::from(most)
+            ),
+        );
+    }
+}
+
 fn check_selector(selector: &BTreeMap<String, String>, problems: &mut Problems) {
+    if !within("spec.additionalSelector", selector.len(), limits::ADDITIONAL_SELECTOR, "", problems) {
+        return;
+    }
     for (key, value) in selector {
         let field = format!("spec.additionalSelector.{key}");
         if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| key.starts_with(*p)) {
@@ -280,10 +323,37 @@ fn check_replicas(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems)
     (min, max)
 }
 
+/// Resource names are checked by the API server; only the lists are bounded here.
+fn check_resources(spec: &CDTargetSpec, problems: &mut Problems) {
+    let Some(resources) = &spec.agent_resources else { return };
+    for (field, map) in
+        [("spec.agentResources.requests", &resources.requests), ("spec.agentResources.limits", &resources.limits)]
+    {
+        within(field, map.as_ref().map_or(0, BTreeMap::len), limits::RESOURCES, "", problems);
+    }
+    if resources.claims.as_ref().is_some_and(|claims| !claims.is_empty()) {
+        problems.push(
+            "spec.agentResources.claims",
+            "is not supported: the agent pod declares no resource claims for it to use; remove claims",
+        );
+    }
+}
+
 fn check_env(spec: &CDTargetSpec, problems: &mut Problems) {
-    let mut seen = BTreeSet::new();
+    if !within("spec.env", spec.env.len(), limits::ENV, "", problems) {
+        return;
+    }
+    let mut seen = HashSet::with_capacity(spec.env.len());
     for (i, var) in spec.env.iter().enumerate() {
         let field = format!("spec.env[{i}].name");
+        if var.name == "AZP_URL" {
+            // The tenant's env replaces rendered variables; this one would bypass config.url's checks.
+            problems.push(
+                field,
+                "`AZP_URL` is rendered from config.url, which is checked against the platform's allowed hosts; set config.url instead",
+            );
+            continue;
+        }
         if var.name.is_empty() || var.name.contains('=') || !var.name.bytes().all(|b| b.is_ascii_graphic()) {
             problems.push(
                 field,
@@ -313,9 +383,9 @@ fn check_secret_ref(field: &str, name: Option<&String>, required: bool, problems
     }
 }
 
-fn check_config(spec: &CDTargetSpec, max_replicas: i32, problems: &mut Problems) {
+fn check_config(spec: &CDTargetSpec, policy: &Policy, max_replicas: i32, problems: &mut Problems) {
     let config = &spec.config;
-    check_url("spec.config.url", &config.url, problems);
+    check_url("spec.config.url", &config.url, policy, problems);
     if config.pool_name.trim().is_empty() {
         problems.push("spec.config.poolName", "is required; expected the agent pool's name as shown in Azure DevOps");
     }
@@ -342,23 +412,19 @@ fn check_config(spec: &CDTargetSpec, max_replicas: i32, problems: &mut Problems)
     }
 }
 
-fn check_url(field: &str, url: &str, problems: &mut Problems) {
+/// A URL the agent or KEDA calls with the tenant's token ([`outbound::check_url`]).
+fn check_url(field: &str, url: &str, policy: &Policy, problems: &mut Problems) {
     if url.is_empty() {
         problems.push(field, "is required; expected the organization URL, e.g. `https://dev.azure.com/acme`");
-    } else if !(url.starts_with("https://") || url.starts_with("http://")) || url.chars().any(char::is_whitespace) {
-        problems.push(field, format!("`{url}` is not an http(s) URL; expected e.g. `https://dev.azure.com/acme`"));
-    } else if url.ends_with('/') {
-        problems.push(
-            field,
-            format!(
-                "`{url}` ends with '/'; KEDA takes the organization from the last path segment, write `{}`",
-                url.trim_end_matches('/')
-            ),
-        );
+    } else if let Err(e) = outbound::check_url(url, &policy.allowed_url_hosts, &policy.address_rules()) {
+        problems.push(field, e);
     }
 }
 
-fn check_trigger_meta(meta: &BTreeMap<String, String>, problems: &mut Problems) {
+fn check_trigger_meta(meta: &BTreeMap<String, String>, policy: &Policy, problems: &mut Problems) {
+    if !within("spec.triggerMeta", meta.len(), limits::TRIGGER_META, "", problems) {
+        return;
+    }
     let known: Vec<&str> = TRIGGER_META.iter().map(|(k, _)| *k).collect();
     for (key, value) in meta {
         let field = format!("spec.triggerMeta.{key}");
@@ -372,7 +438,15 @@ fn check_trigger_meta(meta: &BTreeMap<String, String>, problems: &mut Problems) 
         };
         match kind {
             MetaKind::Text => {}
-            MetaKind::Url => check_url(&field, value, problems),
+            MetaKind::Url => check_url(&field, value, policy, problems),
+            MetaKind::UrlVariable => {
+                if value != "AZP_URL" {
+                    problems.push(
+                        field,
+                        format!("`{value}` is not accepted: KEDA would call the URL in that variable with the token; only `AZP_URL` (rendered from the checked config.url) is, or leave the key out"),
+                    );
+                }
+            }
             MetaKind::Integer => {
                 if !value.parse::<i64>().is_ok_and(|n| n >= 0) {
                     problems.push(field, format!("`{value}` is not a whole number; expected e.g. \"1\""));
@@ -410,30 +484,74 @@ fn check_dns(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> V
             format!("`{dns_policy}` is not a DNS policy; expected one of {}", POLICIES.join(", ")),
         );
     }
-    let listed = spec.dns_config.as_ref().and_then(|c| c.nameservers.as_ref()).map(Vec::as_slice).unwrap_or_default();
+    let config = spec.dns_config.as_ref();
+    let listed = config.and_then(|c| c.nameservers.as_ref()).map(Vec::as_slice).unwrap_or_default();
     if spec.dns_policy.as_deref() == Some("None") && listed.is_empty() {
+        let message = if policy.allow_custom_nameservers {
+            "dnsPolicy None needs at least one nameserver; list them or choose another dnsPolicy"
+        } else {
+            "dnsPolicy None needs at least one nameserver, and the platform policy allows no custom nameservers (egress.allowCustomNameservers); choose another dnsPolicy"
+        };
+        problems.push("spec.dnsConfig.nameservers", message);
+    }
+    if let Some(config) = config {
+        check_dns_lists(config, problems);
+    }
+    if listed.is_empty() {
+        return Vec::new();
+    }
+    if !policy.allow_custom_nameservers {
         problems.push(
             "spec.dnsConfig.nameservers",
-            "dnsPolicy None needs at least one nameserver; list them or choose another dnsPolicy",
+            "custom nameservers are not allowed by the platform policy (egress.allowCustomNameservers is false); leave dnsConfig.nameservers out so that the agents use the cluster DNS",
         );
+        return Vec::new();
     }
-    let mut nameservers = Vec::new();
+    if !within("spec.dnsConfig.nameservers", listed.len(), limits::NAMESERVERS, " (Kubernetes' limit)", problems) {
+        return Vec::new();
+    }
+    let rules = policy.address_rules();
+    let mut nameservers: Vec<IpNet> = Vec::new();
     for (i, text) in listed.iter().enumerate() {
-        let field = format!("spec.dnsConfig.nameservers[{i}]");
-        match text.parse::<std::net::IpAddr>() {
-            Err(_) => problems.push(field, format!("`{text}` is not an IP address; expected e.g. `10.0.0.10`")),
-            Ok(addr) => {
-                let net = IpNet::from(addr);
-                match policy.forbidden.iter().find(|f| cidr::overlaps(&net, f)) {
-                    Some(forbidden) => problems.push(
-                        field,
-                        format!("`{text}` is in the forbidden range {forbidden}; choose another nameserver"),
-                    ),
-                    None if nameservers.contains(&net) => {}
-                    None => nameservers.push(net),
-                }
-            }
+        match address::check(text, Use::Nameserver, &rules) {
+            Ok(net) if nameservers.contains(&net) => {}
+            Ok(net) => nameservers.push(net),
+            Err(e) => problems.push(format!("spec.dnsConfig.nameservers[{i}]"), e),
         }
     }
     nameservers
+}
+
+/// Search domains and resolver options, as the API server would check them.
+fn check_dns_lists(config: &k8s_openapi::api::core::v1::PodDNSConfig, problems: &mut Problems) {
+    let searches = config.searches.as_deref().unwrap_or_default();
+    if within("spec.dnsConfig.searches", searches.len(), limits::SEARCHES, " (Kubernetes' limit)", problems) {
+        // A lone "." is the root domain, which Kubernetes lets through.
+        for (i, search) in searches.iter().enumerate().filter(|(_, s)| s.as_str() != ".") {
+            if let Err(e) = names::dns1123_subdomain(search.strip_suffix('.').unwrap_or(search)) {
+                problems.push(
+                    format!("spec.dnsConfig.searches[{i}]"),
+                    format!("{e} (expected a DNS domain such as `corp.example.com`)"),
+                );
+            }
+        }
+        let total: usize = searches.iter().map(String::len).sum::<usize>() + searches.len().saturating_sub(1);
+        if total > MAX_SEARCH_LIST_CHARS {
+            problems.push(
+                "spec.dnsConfig.searches",
+                format!("is {total} characters long with spaces between the domains; Kubernetes accepts at most {MAX_SEARCH_LIST_CHARS}"),
+            );
+        }
+    }
+    let options = config.options.as_deref().unwrap_or_default();
+    if within("spec.dnsConfig.options", options.len(), limits::DNS_OPTIONS, "", problems) {
+        for (i, option) in options.iter().enumerate() {
+            if option.name.as_deref().is_none_or(str::is_empty) {
+                problems.push(
+                    format!("spec.dnsConfig.options[{i}].name"),
+                    "is required; expected a resolver option such as `ndots`",
+                );
+            }
+        }
+    }
 }

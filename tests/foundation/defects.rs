@@ -97,8 +97,13 @@ fn defect_05_dns_egress_is_explicit_udp_and_tcp_53() {
     let pods = peer.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
     assert_eq!(pods.get("k8s-app").map(String::as_str), Some("kube-dns"));
 
-    // A custom DNS setup gets its nameservers instead of the cluster DNS.
-    let custom = render_default("  dnsPolicy: None\n  dnsConfig:\n    nameservers: [\"10.53.0.10\"]\n");
+    // A custom DNS setup gets its nameservers instead of the cluster DNS (custom nameservers
+    // need the policy's consent since issue #10).
+    let mut document = PolicyDocument::default();
+    document.egress.allow_custom_nameservers = true;
+    let allowing = policy::from_document(&document).unwrap();
+    let custom =
+        children(&doc("agents", "  dnsPolicy: None\n  dnsConfig:\n    nameservers: [\"10.53.0.10\"]\n"), &allowing);
     let rules = egress(&custom);
     assert!(!rules.iter().any(|r| r.to.iter().flatten().any(|p| p.namespace_selector.is_some())));
     let ns = rules.iter().find(|r| cidrs(r) == ["10.53.0.10/32"]).expect("nameserver rule");

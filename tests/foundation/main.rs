@@ -7,6 +7,7 @@ mod cli;
 mod crds;
 mod defects;
 mod deploy;
+mod egress;
 mod golden;
 mod keda_schema;
 mod properties;

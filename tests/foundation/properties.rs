@@ -1,5 +1,5 @@
-//! Property tests: address and CIDR parsing, and the invariants of every rendered egress
-//! NetworkPolicy.
+//! Property tests: address and CIDR parsing, the invariants of every rendered egress
+//! NetworkPolicy, and the hostile tenant's other spellings of addresses and URLs.
 //!
 //! Expected values are computed here from plain integers (masks, intervals and the standard
 //! library's address formatting), not with the code under test.
@@ -7,9 +7,12 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use cdtarget::api::policy::{MinPrefixLengthDocument, PlatformTargetDocument, PolicyDocument, PortDocument};
+use cdtarget::api::policy::{
+    MaxAddressesDocument, MinPrefixLengthDocument, PlatformTargetDocument, PolicyDocument, PortDocument,
+};
 use cdtarget::api::{AgentConfig, CDTarget, CDTargetSpec};
-use cdtarget::policy::{self, Policy, cidr};
+use cdtarget::policy::address::{self, Rules, Use};
+use cdtarget::policy::{self, Policy, cidr, outbound};
 use cdtarget::render::{self, Scaling, SecretDigests};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyEgressRule};
@@ -67,6 +70,17 @@ impl Net {
         self.v6 && self.addr >> 32 == 0xffff
     }
 
+    /// Inside or containing `::ffff:0:0/96` or `::/96`, the IPv6 ranges whose addresses reach
+    /// IPv4 destinations: the address check refuses every such network.
+    fn touches_ipv4_ranges(&self) -> bool {
+        self.overlaps(&ipv4_mapped()) || self.overlaps(&ipv4_compatible())
+    }
+
+    /// Inside `::ffff:0:0/96` or `::/96` (checked as the IPv4 network it spells).
+    fn spells_ipv4(&self) -> bool {
+        self.v6 && self.prefix >= 96 && (self.addr >> 32 == 0 || self.addr >> 32 == 0xffff)
+    }
+
     fn ipnet(&self) -> IpNet {
         match self.ip() {
             IpAddr::V4(a) => IpNet::V4(Ipv4Net::new(a, self.prefix).unwrap()),
@@ -88,6 +102,21 @@ impl Net {
             _ => self.canonical(),
         }
     }
+}
+
+/// `::ffff:0:0/96`.
+fn ipv4_mapped() -> Net {
+    Net::new(true, 0xffff << 32, 96)
+}
+
+/// `::/96`.
+fn ipv4_compatible() -> Net {
+    Net::new(true, 0, 96)
+}
+
+/// The default NAT64 prefixes, `64:ff9b::/96` and `64:ff9b:1::/48`.
+fn default_nat64() -> Vec<Net> {
+    vec![Net::new(true, 0x0064_ff9b << 96, 96), Net::new(true, 0x0064_ff9b_0001 << 80, 48)]
 }
 
 /// The host bits of a `bits`-bit address with `prefix`.
@@ -247,6 +276,8 @@ impl PolicyInput {
             MinPrefixLengthDocument { ipv4: i64::from(self.min4), ipv6: i64::from(self.min6) };
         document.egress.forbidden = self.forbidden.iter().map(Net::canonical).collect();
         document.egress.dns = self.dns;
+        // The address-space cap has properties of its own; here it lets everything through.
+        document.egress.max_addresses_per_target = MaxAddressesDocument { ipv4: 1 << 32, ipv6_prefix_length: 0 };
         document.egress.platform_targets = self
             .platform
             .iter()
@@ -262,7 +293,10 @@ impl PolicyInput {
     /// Whether the renderer must accept `n` as a tenant destination.
     fn allows(&self, n: &Net) -> bool {
         let minimum = if n.v6 { self.min6 } else { self.min4 };
-        n.prefix >= minimum && !n.is_v4_mapped() && !self.forbidden.iter().any(|f| f.overlaps(n))
+        n.prefix >= minimum
+            && !n.touches_ipv4_ranges()
+            && !self.forbidden.iter().any(|f| f.overlaps(n))
+            && !default_nat64().iter().any(|p| p.overlaps(n))
     }
 }
 
@@ -279,7 +313,8 @@ fn ports(range: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Vec<Po
 
 fn policy_input() -> impl Strategy<Value = PolicyInput> {
     let extra_forbidden = prop::collection::vec(any_net(8, 16), 0..=2);
-    let platform_target = (any_net(8, 16).prop_filter("not IPv4-mapped", |n| !n.is_v4_mapped()), ports(1..=3));
+    let platform_target =
+        (any_net(8, 16).prop_filter("not an IPv4 range of IPv6", |n| !n.touches_ipv4_ranges()), ports(1..=3));
     (ports(1..=4), 0u8..=32, 0u8..=128, extra_forbidden, any::<bool>(), prop::collection::vec(platform_target, 0..=3))
         .prop_map(|(ports, min4, min6, extra, dns, platform)| {
             let mut forbidden = default_forbidden();
@@ -457,7 +492,8 @@ proptest! {
         let minimum = if v6 { input.min6 } else { input.min4 };
         prop_assume!(minimum > 0);
         let broad = Net::new(v6, addr, minimum.saturating_sub(shorter_by));
-        prop_assume!(!broad.is_v4_mapped());
+        // Inside those ranges the IPv4 minimum applies (checked as IPv4).
+        prop_assume!(!broad.spells_ipv4());
         let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
         let at = position.index(ips.len() + 1);
         ips.insert(at, broad.canonical());
@@ -483,7 +519,7 @@ proptest! {
         let shortest = forbidden.prefix.max(minimum);
         let prefix = shortest + prefix % (forbidden.bits() - shortest + 1);
         let inside = Net::new(forbidden.v6, forbidden.first() | (offset & host_mask(forbidden.bits(), forbidden.prefix)), prefix);
-        prop_assume!(!inside.is_v4_mapped());
+        prop_assume!(!inside.touches_ipv4_ranges());
         let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
         let at = position.index(ips.len() + 1);
         ips.insert(at, inside.canonical());
@@ -491,5 +527,248 @@ proptest! {
         prop_assert_eq!(problems.len(), 1, "{:#?}", problems);
         prop_assert_eq!(&problems[0].field, &format!("spec.ip[{at}]"));
         prop_assert!(problems[0].message.contains("overlaps the forbidden range"), "{}", problems[0].message);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (3) The hostile tenant: other spellings of an address, oversized address space, URLs.
+
+/// Every IPv6 spelling of an IPv4 address: IPv4-mapped (dotted, hex, expanded, upper case, as a
+/// /128) and IPv4-compatible.
+fn ipv6_spellings_of(v4: Ipv4Addr) -> Vec<String> {
+    let [a, b, c, d] = v4.octets();
+    let (high, low) = (u16::from_be_bytes([a, b]), u16::from_be_bytes([c, d]));
+    vec![
+        format!("::ffff:{v4}"),
+        format!("::ffff:{high:x}:{low:x}"),
+        format!("0:0:0:0:0:ffff:{high:x}:{low:x}"),
+        format!("0000:0000:0000:0000:0000:FFFF:{high:04X}:{low:04X}"),
+        format!("::FFFF:{v4}"),
+        format!("::ffff:{v4}/128"),
+        format!("::{v4}"),
+        format!("::{high:x}:{low:x}"),
+        format!("0:0:0:0:0:0:{v4}"),
+    ]
+}
+
+fn policy_from(yaml: &str) -> Policy {
+    policy::parse(yaml, "policy.yaml").unwrap_or_else(|p| panic!("policy: {p:#?}"))
+}
+
+/// Renders `target` under `policy`, returning the problems (empty when it renders).
+fn problems_of(target: &CDTarget, policy: &Policy) -> Vec<cdtarget::problem::Problem> {
+    render::render(target, policy, &SecretDigests::new(), Scaling::Keda).err().unwrap_or_default()
+}
+
+fn with_nameservers(nameservers: Vec<String>) -> CDTarget {
+    let mut target = target(Vec::new());
+    target.spec.dns_config =
+        Some(k8s_openapi::api::core::v1::PodDNSConfig { nameservers: Some(nameservers), ..Default::default() });
+    target
+}
+
+fn with_url(url: &str) -> CDTarget {
+    let mut target = target(Vec::new());
+    target.spec.config.url = url.to_owned();
+    target
+}
+
+/// The union of networks of one family as sorted, merged intervals, and its size.
+fn union_size(nets: &[Net]) -> u128 {
+    let mut intervals: Vec<(u128, u128)> = nets.iter().map(|n| (n.first(), n.last())).collect();
+    intervals.sort_unstable();
+    let mut total = 0u128;
+    let mut current: Option<(u128, u128)> = None;
+    for (first, last) in intervals {
+        current = match current {
+            Some((f, l)) if first <= l.saturating_add(1) => Some((f, l.max(last))),
+            Some((f, l)) => {
+                total += l - f + 1;
+                Some((first, last))
+            }
+            None => Some((first, last)),
+        };
+    }
+    total + current.map_or(0, |(f, l)| l - f + 1)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn every_ipv6_spelling_of_a_forbidden_ipv4_address_is_refused_as_destination_nameserver_and_url_host(
+        low in any::<u16>(),
+    ) {
+        // 169.254.0.0/16 is forbidden by the default policy and the example.
+        let v4 = Ipv4Addr::from(0xa9fe_0000 | u32::from(low));
+        let policy = policy_from("egress: {allowCustomNameservers: true}\nagents: {allowedUrlHosts: [dev.azure.com, \"169.254.0.0/16\"]}\n");
+        for text in ipv6_spellings_of(v4) {
+            let problems = problems_of(&target(vec![text.clone()]), &policy);
+            prop_assert_eq!(problems.len(), 1, "{}: {:#?}", text, problems);
+            prop_assert_eq!(&problems[0].field, "spec.ip[0]");
+            prop_assert!(problems[0].message.contains("the forbidden range 169.254.0.0/16"), "{}: {}", text, problems[0].message);
+
+            let address = text.trim_end_matches("/128").to_owned();
+            let problems = problems_of(&with_nameservers(vec![address.clone()]), &policy);
+            prop_assert_eq!(problems.len(), 1, "{}: {:#?}", address, problems);
+            prop_assert_eq!(&problems[0].field, "spec.dnsConfig.nameservers[0]");
+            prop_assert!(problems[0].message.contains("forbidden range 169.254.0.0/16"), "{}: {}", address, problems[0].message);
+
+            let url = format!("https://[{address}]/acme");
+            let problems = problems_of(&with_url(&url), &policy);
+            prop_assert_eq!(problems.len(), 1, "{}: {:#?}", url, problems);
+            prop_assert_eq!(&problems[0].field, "spec.config.url");
+            prop_assert!(problems[0].message.contains("forbidden range 169.254.0.0/16"), "{}: {}", url, problems[0].message);
+        }
+        // And the plain IPv4 spelling, as a literal URL host too.
+        let problems = problems_of(&with_url(&format!("https://{v4}/acme")), &policy);
+        prop_assert!(problems.iter().any(|p| p.message.contains("forbidden range 169.254.0.0/16")), "{:#?}", problems);
+    }
+
+    #[test]
+    fn ipv6_spellings_of_an_allowed_ipv4_address_are_refused_naming_the_ipv4_form(a in any::<u32>()) {
+        let v4 = Ipv4Addr::from(a);
+        let net = Net::new(false, u128::from(a), 32);
+        let policy = Policy::default();
+        prop_assume!(!net.overlaps(&Net::new(false, 0xa9fe_0000, 16)));
+        for text in ipv6_spellings_of(v4) {
+            let problems = problems_of(&target(vec![text.clone()]), &policy);
+            prop_assert_eq!(problems.len(), 1, "{}: {:#?}", text, problems);
+            let message = &problems[0].message;
+            prop_assert!(message.contains(&format!("write the IPv4 form `{v4}")) || message.contains("loopback") || message.contains("unspecified"), "{}: {}", text, message);
+        }
+    }
+
+    #[test]
+    fn any_ipv6_network_containing_the_ipv4_ranges_is_refused(prefix in 1u8..96, mapped in any::<bool>(), noise in any::<u128>()) {
+        let range = if mapped { ipv4_mapped() } else { ipv4_compatible() };
+        // A network with a shorter prefix around the range, written from any address inside it.
+        let net = Net::new(true, range.first() | (noise & host_mask(128, prefix) & !host_mask(128, 96)), prefix);
+        prop_assert!(net.first() <= range.first() && range.last() <= net.last());
+        let policy = policy_from("egress: {minPrefixLength: {ipv6: 0}, nat64Prefixes: []}\n");
+        let problems = problems_of(&target(vec![net.canonical()]), &policy);
+        prop_assert_eq!(problems.len(), 1, "{}: {:#?}", net.canonical(), problems);
+        prop_assert!(problems[0].message.contains("whose addresses reach IPv4 destinations"), "{}: {}", net.canonical(), problems[0].message);
+    }
+
+    #[test]
+    fn addresses_behind_a_nat64_prefix_are_refused_unless_the_policy_drops_it(low in any::<u32>(), well_known in any::<bool>()) {
+        let addr = if well_known { (0x0064_ff9bu128 << 96) | u128::from(low) } else { (0x0064_ff9b_0001u128 << 80) | u128::from(low) };
+        let text = Ipv6Addr::from(addr).to_string();
+        let problems = problems_of(&target(vec![text.clone()]), &Policy::default());
+        prop_assert_eq!(problems.len(), 1, "{}: {:#?}", text, problems);
+        prop_assert!(problems[0].message.contains("overlaps the NAT64 prefix"), "{}: {}", text, problems[0].message);
+        let without = policy_from("egress: {nat64Prefixes: []}\n");
+        prop_assert!(problems_of(&target(vec![text.clone()]), &without).is_empty(), "{} refused without NAT64 prefixes", text);
+    }
+
+    #[test]
+    fn deduplication_is_order_independent_and_keeps_the_first_spelling(
+        nets in prop::collection::vec((any_net(24, 64), 0u8..4), 1..12),
+        repeats in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        seed in any::<u64>(),
+    ) {
+        let input = PolicyInput {
+            ports: vec![("TCP", 443, None)], min4: 24, min6: 64, forbidden: default_forbidden(), dns: false, platform: Vec::new(),
+        };
+        let nets: Vec<(Net, u8)> = nets.into_iter().filter(|(n, _)| input.allows(n)).collect();
+        prop_assume!(!nets.is_empty());
+        // The list with repeats in other spellings, then the same list shuffled.
+        let mut ips: Vec<(Net, u8)> = nets.clone();
+        ips.extend(repeats.iter().map(|i| { let (n, style) = nets[i.index(nets.len())]; (n, style + 1) }));
+        let mut shuffled = ips.clone();
+        let mut state = seed;
+        for i in (1..shuffled.len()).rev() {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            shuffled.swap(i, (state >> 33) as usize % (i + 1));
+        }
+        let rendered = |list: &[(Net, u8)]| -> Vec<String> {
+            let np = render_network_policy(&input, list.iter().map(|(n, style)| n.written(*style)).collect());
+            let rules = np.spec.unwrap().egress.unwrap();
+            rules[0].to.iter().flatten().map(|p| p.ip_block.as_ref().unwrap().cidr.clone()).collect()
+        };
+        let first_seen = |list: &[(Net, u8)]| -> Vec<String> {
+            let mut seen = BTreeSet::new();
+            list.iter().map(|(n, _)| n.canonical()).filter(|c| seen.insert(c.clone())).collect()
+        };
+        let (a, b) = (rendered(&ips), rendered(&shuffled));
+        prop_assert_eq!(&a, &first_seen(&ips));
+        prop_assert_eq!(&b, &first_seen(&shuffled));
+        prop_assert_eq!(a.iter().collect::<BTreeSet<_>>(), b.iter().collect::<BTreeSet<_>>());
+    }
+
+    #[test]
+    fn the_union_of_the_destinations_is_capped_per_family(
+        v4 in prop::collection::vec(net(false, 20..=32), 1..8),
+        v6 in prop::collection::vec(net(true, 48..=128), 0..4),
+        cap4 in 0u64..=40_000,
+        cap6 in 40u8..=128,
+    ) {
+        let forbidden = default_forbidden();
+        let clear = |n: &Net| !forbidden.iter().any(|f| f.overlaps(n)) && !n.touches_ipv4_ranges() && !default_nat64().iter().any(|p| p.overlaps(n));
+        let v4: Vec<Net> = v4.into_iter().filter(clear).collect();
+        let v6: Vec<Net> = v6.into_iter().filter(clear).collect();
+        let policy = policy_from(&format!(
+            "egress: {{minPrefixLength: {{ipv4: 20, ipv6: 48}}, maxAddressesPerTarget: {{ipv4: {cap4}, ipv6PrefixLength: {cap6}}}}}\n"
+        ));
+        let ips: Vec<String> = v4.iter().chain(&v6).map(Net::canonical).collect();
+        let problems = problems_of(&target(ips.clone()), &policy);
+        let over4 = union_size(&v4) > u128::from(cap4);
+        let over6 = union_size(&v6) > 1u128 << (128 - u32::from(cap6));
+        let reported4 = problems.iter().any(|p| p.field == "spec.ip" && p.message.contains("egress.maxAddressesPerTarget.ipv4"));
+        let reported6 = problems.iter().any(|p| p.field == "spec.ip" && p.message.contains("egress.maxAddressesPerTarget.ipv6PrefixLength"));
+        prop_assert_eq!(reported4, over4, "{:?}: {:#?}", ips, problems);
+        prop_assert_eq!(reported6, over6, "{:?}: {:#?}", ips, problems);
+        prop_assert_eq!(problems.len(), usize::from(over4) + usize::from(over6), "{:#?}", problems);
+    }
+
+    #[test]
+    fn the_address_check_never_panics_and_accepts_nothing_forbidden_in_any_spelling(
+        text in prop_oneof![
+            "[0-9a-fA-F:./]{0,50}",
+            (any_net(0, 0), 0u8..4).prop_map(|(n, style)| n.written(style)),
+            (0u16..=u16::MAX, 0usize..9).prop_map(|(low, i)| ipv6_spellings_of(Ipv4Addr::from(0xa9fe_0000 | u32::from(low)))[i].clone()),
+            (any::<u32>(), 0usize..9).prop_map(|(a, i)| ipv6_spellings_of(Ipv4Addr::from(a))[i].clone()),
+            any::<u32>().prop_map(|a| format!("64:ff9b::{}", Ipv4Addr::from(a))),
+        ],
+        purpose in prop_oneof![Just(Use::Destination), Just(Use::Nameserver), Just(Use::UrlHost)],
+    ) {
+        let policy = Policy::default();
+        let rules = policy.address_rules();
+        if let Ok(net) = address::check(&text, purpose, &rules) {
+            prop_assert_eq!(net.trunc(), net);
+            prop_assert!(!policy.forbidden.iter().any(|f| cidr::overlaps(f, &net)), "{} -> {}", text, net);
+            prop_assert!(!policy.nat64_prefixes.iter().any(|f| cidr::overlaps(f, &net)), "{} -> {}", text, net);
+            if let IpNet::V6(v6) = net {
+                prop_assert!(v6.addr().to_ipv4().is_none(), "{} is an IPv4 spelling", text);
+                prop_assert!(!v6.contains(&"::ffff:0:0/96".parse::<Ipv6Net>().unwrap()));
+            }
+            // The canonical text is accepted as itself.
+            prop_assert_eq!(address::check(&cidr::canonical(&net), Use::Destination, &Rules { min_prefix_v4: 0, min_prefix_v6: 0, ..rules }), Ok(net));
+        }
+    }
+
+    #[test]
+    fn an_accepted_url_is_canonical_https_on_an_allowed_host(
+        host in prop_oneof![
+            Just("dev.azure.com".to_owned()),
+            "[a-z0-9%.@:\\[\\]-]{0,24}",
+            "[a-z]{1,8}\\.visualstudio\\.com",
+            "[a-zA-Z0-9%.]{0,12}\\.?dev\\.azure\\.com",
+        ],
+        tail in "(/[a-zA-Z0-9%@.:\\\\?#-]{0,12}){0,2}",
+        scheme in prop_oneof![Just("https://"), Just("http://"), Just("HTTPS://"), Just("https:\\\\"), Just("")],
+    ) {
+        let text = format!("{scheme}{host}{tail}");
+        let policy = Policy::default();
+        if let Ok(url) = outbound::check_url(&text, &policy.allowed_url_hosts, &policy.address_rules()) {
+            prop_assert_eq!(url.scheme(), "https");
+            prop_assert!(url.username().is_empty() && url.password().is_none());
+            prop_assert!(url.query().is_none() && url.fragment().is_none());
+            let host = url.host_str().unwrap_or_default();
+            let one_label = host.strip_suffix(".visualstudio.com").is_some_and(|l| !l.is_empty() && !l.contains('.'));
+            prop_assert!(host == "dev.azure.com" || one_label, "{} reached host {}", text, host);
+            prop_assert!(url.as_str() == text || url.as_str() == format!("{text}/"), "{} is not canonical ({})", text, url);
+        }
     }
 }
