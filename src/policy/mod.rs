@@ -2,6 +2,7 @@
 //! format), checked, and turned into the [`Policy`] every CDTarget is rendered within.
 
 pub mod cidr;
+pub mod tenancy;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,6 +39,8 @@ pub struct Policy {
     pub termination_grace_period_seconds: i64,
     /// The non-root user agents run as.
     pub run_as_user: i64,
+    /// Kinds tenants may not apply.
+    pub tenancy: tenancy::Tenancy,
 }
 
 /// A port (or range) and its protocol.
@@ -329,6 +332,8 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
         problems.push("agents.runAsUser", "agents never run as root; expected a user id of 1 or more, e.g. 1000");
     }
 
+    let tenancy = tenancy::check(&document.tenancy, &mut problems);
+
     let policy = Policy {
         ports,
         min_prefix_v4: min_prefix_v4.unwrap_or(32),
@@ -340,6 +345,7 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
         max_replicas: max_replicas.unwrap_or(1),
         termination_grace_period_seconds: agents.termination_grace_period_seconds,
         run_as_user: agents.run_as_user,
+        tenancy,
     };
     problems.finish(policy)
 }
