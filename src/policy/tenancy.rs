@@ -57,10 +57,9 @@ impl Tenancy {
 
 /// Checks `tenancy` of a policy document; problems are recorded under `tenancy.…`.
 pub fn check(document: &TenancyDocument, problems: &mut Problems) -> Tenancy {
-    let always = ALWAYS_FORBIDDEN.iter().map(|(group, kind)| KindPattern {
-        group: (*group).to_owned(),
-        kind: Some((*kind).to_owned()),
-    });
+    let always = ALWAYS_FORBIDDEN
+        .iter()
+        .map(|(group, kind)| KindPattern { group: (*group).to_owned(), kind: Some((*kind).to_owned()) });
     let mut forbidden_kinds: Vec<KindPattern> = always.collect();
     if document.forbidden_kinds.len() > MAX_FORBIDDEN_KINDS {
         problems.push(

@@ -85,7 +85,8 @@ fn a_kind_the_admin_lists_is_refused_in_any_version_and_only_in_its_group() {
 
 /// `template` placed where `kind` keeps the pod template, in a document of `kind`.
 fn workload(api_version: &str, kind: &str, pod_template_path: &[&str], labels: &str) -> String {
-    let mut template = format!("{{metadata: {{labels: {labels}}}, spec: {{containers: [{{name: c, image: busybox}}]}}}}");
+    let mut template =
+        format!("{{metadata: {{labels: {labels}}}, spec: {{containers: [{{name: c, image: busybox}}]}}}}");
     for key in pod_template_path.iter().rev() {
         template = format!("{{{key}: {template}}}");
     }
@@ -111,7 +112,11 @@ fn a_pod_template_with_the_agents_selector_label_is_refused_in_every_workload_ki
         let text = workload(api_version, kind, path, label);
         let problem = only_problem("workload.yaml", &text, &Policy::default());
         assert_eq!(problem.field, format!("{field}.cdtarget.io/cdtarget"), "{kind}");
-        assert!(problem.message.contains("tenant objects may neither carry nor select by it"), "{kind}: {}", problem.message);
+        assert!(
+            problem.message.contains("tenant objects may neither carry nor select by it"),
+            "{kind}: {}",
+            problem.message
+        );
     }
 }
 
@@ -131,10 +136,7 @@ fn selecting_the_agent_pods_by_their_label_is_refused() {
     let service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: agents\nspec:\n  selector: {cdtarget.io/cdtarget: agents}\n  ports: [{port: 80}]\n";
     assert_eq!(only_problem("svc.yaml", service, &Policy::default()).field, "spec.selector.cdtarget.io/cdtarget");
     let budget = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: pin\nspec:\n  maxUnavailable: 0\n  selector:\n    matchExpressions: [{key: cdtarget.io/cdtarget, operator: Exists}]\n";
-    assert_eq!(
-        only_problem("pdb.yaml", budget, &Policy::default()).field,
-        "spec.selector.matchExpressions[0].key"
-    );
+    assert_eq!(only_problem("pdb.yaml", budget, &Policy::default()).field, "spec.selector.matchExpressions[0].key");
 }
 
 #[test]
@@ -166,7 +168,8 @@ fn kind_and_api_version_that_are_not_kubernetes_names_are_refused_before_any_oth
     }
     // Both wrong: both reported, and no rule looks at the kind or the version meanwhile.
     let both = "apiVersion: \"v1/..\"\nkind: \"../Namespace\"\nmetadata:\n  name: x\n";
-    let mut fields: Vec<String> = refused(&[("bad.yaml", both)], &Policy::default()).into_iter().map(|p| p.field).collect();
+    let mut fields: Vec<String> =
+        refused(&[("bad.yaml", both)], &Policy::default()).into_iter().map(|p| p.field).collect();
     fields.sort();
     assert_eq!(fields, ["apiVersion", "kind"]);
 }
@@ -174,11 +177,13 @@ fn kind_and_api_version_that_are_not_kubernetes_names_are_refused_before_any_oth
 #[test]
 fn a_role_name_that_would_change_the_request_url_is_refused() {
     for name in ["x?fieldManager=evil", "x#y", "a b", ".."] {
-        let text = format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: \"{name}\"\nrules: []\n");
+        let text =
+            format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: \"{name}\"\nrules: []\n");
         let problem = only_problem("role.yaml", &text, &Policy::default());
         assert_eq!(problem.field, "metadata.name", "{name}");
     }
-    let fine = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: \"system:deployer\"\nrules: []\n";
+    let fine =
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: \"system:deployer\"\nrules: []\n";
     assert!(support::load(&[("role.yaml", fine)], &Policy::default()).is_ok(), "RBAC names may hold ':'");
 }
 
