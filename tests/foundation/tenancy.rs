@@ -3,6 +3,7 @@
 //! `apiVersion`/`kind`/names that are not Kubernetes names. Each refusal is located at file,
 //! document and field, and nothing of the repository is applied.
 
+use cdtarget::manifests::reserved_labels;
 use cdtarget::policy::{self, Policy};
 use cdtarget::problem::Problem;
 
@@ -143,6 +144,27 @@ fn selecting_the_agent_pods_by_their_label_is_refused() {
 fn ordinary_workloads_with_standard_labels_are_accepted() {
     let text = workload("apps/v1", "Deployment", &["template"], "{app.kubernetes.io/name: web, app: web}");
     assert!(support::load(&[("web.yaml", &text), ("target.yaml", VALID_CDTARGET)], &Policy::default()).is_ok());
+}
+
+#[test]
+fn every_label_the_agents_are_selected_by_is_one_tenants_may_not_set() {
+    // With additionalSelector set, to show tenant-chosen labels never join the selector.
+    let text = VALID_CDTARGET.replace("spec:\n", "spec:\n  additionalSelector: {team: a}\n");
+    let children = support::children(&text, &support::example_policy());
+    let selected_by_policy = children.network_policy.spec.as_ref().and_then(|s| s.pod_selector.as_ref());
+    let selected_by_deployment = children.deployment.spec.as_ref().map(|s| &s.selector);
+    for selector in [selected_by_policy, selected_by_deployment] {
+        let selector = selector.expect("a selector");
+        assert!(selector.match_expressions.is_none(), "{selector:?}");
+        let keys: Vec<&String> = selector.match_labels.iter().flatten().map(|(k, _)| k).collect();
+        assert!(!keys.is_empty());
+        for key in keys {
+            assert!(
+                reserved_labels::is_reserved(key),
+                "the agents are selected by `{key}`, which a tenant pod could wear"
+            );
+        }
+    }
 }
 
 // === apiVersion, kind and names as URL segments ===
