@@ -217,3 +217,14 @@ fn a_cron_job_name_too_long_for_its_jobs_is_refused() {
     assert_eq!(problem.field, "metadata.name");
     assert!(problem.message.contains("at most 52"), "{}", problem.message);
 }
+
+// === the documentation ===
+
+#[test]
+fn the_forbidden_kinds_documented_as_defaults_are_the_defaults() {
+    let text = std::fs::read_to_string(support::project_dir().join("docs/policy.md")).expect("docs/policy.md");
+    let section = text.split("## The document, with every default").nth(1).expect("the defaults section");
+    let block = section.split("```yaml\n").nth(1).and_then(|b| b.split("```").next()).expect("its YAML block");
+    let documented = policy::parse(block, "docs/policy.md").expect("the documented defaults parse");
+    assert_eq!(documented.tenancy, Policy::default().tenancy);
+}
