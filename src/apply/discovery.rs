@@ -202,17 +202,18 @@ impl Discovery {
         Ok(tenant_resource(&self.lookup(api_version, kind).await?, api_version, kind))
     }
 
-    /// The resource to delete an object recorded as `api_version`/`kind` through: that version,
-    /// or, when the cluster no longer serves it (an API version removed by an upgrade), any
-    /// served version of the same group with that kind. `None` when none serves it: no object
-    /// of it can exist any more.
+    /// The resource to delete a tenant object recorded as `api_version`/`kind` through: that
+    /// version, or, when the cluster no longer serves it (an API version removed by an upgrade),
+    /// any served version of the same group with that kind. `None` when none serves it, or
+    /// serves it cluster-wide: no such object can exist in a tenant namespace.
     pub async fn resource_for_deletion(
         &self,
         api_version: &str,
         kind: &str,
     ) -> Result<Option<ApiResource>, kube::Error> {
-        if let Lookup::Served { resource, .. } = self.lookup(api_version, kind).await? {
-            return Ok(Some(resource));
+        match self.lookup(api_version, kind).await? {
+            Lookup::Served { resource, namespaced } => return Ok(namespaced.then_some(resource)),
+            Lookup::KindNotServed | Lookup::VersionNotServed => {}
         }
         let group = group_of(api_version);
         let others: Vec<String> = {
@@ -222,8 +223,8 @@ impl Discovery {
         };
         for version in others {
             let other = type_meta::join(group, &version);
-            if let Lookup::Served { resource, .. } = self.lookup(&other, kind).await? {
-                return Ok(Some(resource));
+            if let Lookup::Served { resource, namespaced } = self.lookup(&other, kind).await? {
+                return Ok(namespaced.then_some(resource));
             }
         }
         Ok(None)

@@ -186,6 +186,8 @@ async fn deletion_of_an_object_recorded_under_a_removed_version_goes_through_a_s
     let resource = resource.expect("another version serves the kind");
     assert_eq!((resource.group.as_str(), resource.plural.as_str()), ("autoscaling", "horizontalpodautoscalers"));
     assert_ne!(resource.version, "v2beta2");
-    // A kind no version serves any more has no object left to delete.
+    // A kind no version serves any more has no object left to delete, nor has a kind that is
+    // cluster-scoped any object in a tenant namespace.
     assert_eq!(discovery.resource_for_deletion("zoo.example.com/v1", "Octopus").await.unwrap(), None);
+    assert_eq!(discovery.resource_for_deletion("v1", "Namespace").await.unwrap(), None);
 }
