@@ -78,6 +78,64 @@ pub fn label_value(s: &str) -> Result<(), String> {
     }
 }
 
+/// Longest kind accepted (the API server holds the lowercased kind to a DNS-1035 label).
+pub const MAX_KIND: usize = 63;
+
+/// A named API group (`apps`, `cilium.io`): a DNS-1123 subdomain. The core group is the empty
+/// string, which callers accept or refuse themselves.
+pub fn api_group(s: &str) -> Result<(), String> {
+    dns1123_subdomain(s).map_err(|_| {
+        format!(
+            "`{}` is not an API group; expected a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', such as `apps` or `cilium.io`",
+            shown(s)
+        )
+    })
+}
+
+/// An API version (`v1`, `v1beta2`): a DNS-1035 label, as the API server requires of every
+/// served version.
+pub fn api_version(s: &str) -> Result<(), String> {
+    let bytes = s.as_bytes();
+    let ok = !s.is_empty()
+        && s.len() <= MAX_LABEL
+        && bytes[0].is_ascii_lowercase()
+        && is_alnum_lower(bytes[bytes.len() - 1])
+        && bytes.iter().all(|b| is_alnum_lower(*b) || *b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is not an API version; expected a lowercase letter followed by lowercase letters, digits or '-' (at most {MAX_LABEL}), such as `v1` or `v1beta2`",
+            shown(s)
+        ))
+    }
+}
+
+/// A kind (`ConfigMap`, `CiliumNetworkPolicy`): an upper-case letter followed by letters and
+/// digits, at most [`MAX_KIND`] characters.
+pub fn kind(s: &str) -> Result<(), String> {
+    let bytes = s.as_bytes();
+    let ok = !s.is_empty()
+        && s.len() <= MAX_KIND
+        && bytes[0].is_ascii_uppercase()
+        && bytes.iter().all(u8::is_ascii_alphanumeric);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{}` is not a kind; expected an upper-case letter followed by letters and digits (at most {MAX_KIND}), such as `ConfigMap`",
+            shown(s)
+        ))
+    }
+}
+
+/// Untrusted text as shown in a message: control characters escaped, at most 64 characters.
+pub fn shown(s: &str) -> String {
+    const MAX_SHOWN: usize = 64;
+    let escaped: String = s.chars().take(MAX_SHOWN).flat_map(char::escape_debug).collect();
+    if s.chars().nth(MAX_SHOWN).is_some() { format!("{escaped}…") } else { escaped }
+}
+
 fn qualified_name_chars(s: &str) -> bool {
     let bytes = s.as_bytes();
     bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -107,5 +165,37 @@ mod tests {
         assert!(label_value("").is_ok());
         assert!(label_value("v1.2_x").is_ok());
         assert!(label_value("a b").is_err());
+    }
+
+    #[test]
+    fn api_groups_versions_and_kinds_follow_kubernetes() {
+        for group in ["apps", "cilium.io", "crd.projectcalico.org"] {
+            assert!(api_group(group).is_ok(), "{group}");
+        }
+        for group in ["", "Apps", "a/b", "..", "a..b", "-a.io"] {
+            assert!(api_group(group).is_err(), "{group}");
+        }
+        for version in ["v1", "v1beta2", "v2alpha1", "v1-preview"] {
+            assert!(api_version(version).is_ok(), "{version}");
+        }
+        for version in ["", "V1", "1", "v1/..", "..", "v1-", &format!("v{}", "1".repeat(63))] {
+            assert!(api_version(version).is_err(), "{version}");
+        }
+        for kind in ["ConfigMap", "CDTarget", "KafkaMirrorMaker2"] {
+            assert!(kind_ok(kind), "{kind}");
+        }
+        for kind in ["", "configMap", "../../secrets", "Config-Map", "Config Map", "Cönfig", &"A".repeat(64)] {
+            assert!(!kind_ok(kind), "{kind}");
+        }
+    }
+
+    fn kind_ok(s: &str) -> bool {
+        kind(s).is_ok()
+    }
+
+    #[test]
+    fn shown_text_is_bounded_and_escaped() {
+        assert_eq!(shown("a\nb"), "a\\nb");
+        assert_eq!(shown(&"x".repeat(100)), format!("{}…", "x".repeat(64)));
     }
 }

@@ -15,6 +15,8 @@ pub struct PolicyDocument {
     pub egress: EgressDocument,
     /// Limits on the agents.
     pub agents: AgentsDocument,
+    /// What tenants may not apply from their repositories.
+    pub tenancy: TenancyDocument,
 }
 
 /// Egress guardrails.
@@ -189,4 +191,55 @@ impl Default for AgentsDocument {
             allowed_url_hosts: vec!["dev.azure.com".into(), "*.visualstudio.com".into()],
         }
     }
+}
+
+/// Tenancy rules beyond RBAC.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TenancyDocument {
+    /// Kinds no tenant document may be, whatever the tenant's RBAC allows: every kind that
+    /// grants or redirects network access (NetworkPolicy and the CNIs' own policy kinds).
+    /// `networking.k8s.io/NetworkPolicy` and `cdtarget.io/TenantRepository` are refused even
+    /// when left out.
+    pub forbidden_kinds: Vec<GroupKindDocument>,
+}
+
+impl Default for TenancyDocument {
+    fn default() -> Self {
+        TenancyDocument { forbidden_kinds: default_forbidden_kinds() }
+    }
+}
+
+/// NetworkPolicy and the network policy APIs of the common CNIs and of SIG Network, whole
+/// groups where nothing in the group is a tenant's business.
+fn default_forbidden_kinds() -> Vec<GroupKindDocument> {
+    [
+        ("networking.k8s.io", "NetworkPolicy"),
+        // AdminNetworkPolicy, BaselineAdminNetworkPolicy, ClusterNetworkPolicy.
+        ("policy.networking.k8s.io", "*"),
+        // Cilium: CiliumNetworkPolicy, CiliumClusterwideNetworkPolicy, CiliumCIDRGroup, ...
+        ("cilium.io", "*"),
+        // Calico: NetworkPolicy, GlobalNetworkPolicy, NetworkSet, GlobalNetworkSet,
+        // StagedNetworkPolicy, ... as CRDs and through the Calico API server.
+        ("crd.projectcalico.org", "*"),
+        ("projectcalico.org", "*"),
+        // Antrea: NetworkPolicy, ClusterNetworkPolicy, Group, ClusterGroup, ...
+        ("crd.antrea.io", "*"),
+        ("security.antrea.io", "*"),
+        // OVN-Kubernetes: EgressFirewall, EgressQoS, ...
+        ("k8s.ovn.org", "*"),
+        ("cdtarget.io", "TenantRepository"),
+    ]
+    .into_iter()
+    .map(|(group, kind)| GroupKindDocument { group: group.into(), kind: kind.into() })
+    .collect()
+}
+
+/// An API group and a kind in it, as Kubernetes spells them (case-exact).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct GroupKindDocument {
+    /// The API group, e.g. `cilium.io`; `""` for the core group.
+    pub group: String,
+    /// The kind, e.g. `CiliumNetworkPolicy`, or `*` for every kind of the group.
+    pub kind: String,
 }

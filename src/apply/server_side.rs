@@ -1,6 +1,7 @@
 //! Server-side apply of a tenant's objects as the tenant's ServiceAccount, and deletion of what
 //! left Git. Every object is sent as a `DynamicObject` with the field manager `cdtarget`, forcing
-//! ownership of the fields it sets (Git is the source of truth for them).
+//! ownership of the fields it sets (Git is the source of truth for them), to the resource API
+//! discovery names for its kind ([`super::discovery`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -8,12 +9,14 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use http::HeaderValue;
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::error::DiscoveryError;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::api::FIELD_MANAGER;
 use crate::api::tenant_repository::InventoryEntry;
+use crate::apply::discovery::Discovery;
 
 /// The user name of ServiceAccount `name` in `namespace`, as the API server authenticates it.
 pub fn service_account_user(namespace: &str, name: &str) -> String {
@@ -85,10 +88,14 @@ pub struct ApplyError {
     pub source: kube::Error,
 }
 
-/// The API resource of `apiVersion`/`kind`; the plural is derived from the kind, as kube does.
-pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+/// The resource a tenant object is sent to, as discovery gives it (never a guessed plural); a
+/// kind the cluster does not serve, or serves cluster-wide, is refused here too, at the one
+/// place tenant objects are written.
+async fn resource_of(discovery: &Discovery, entry: &InventoryEntry) -> Result<ApiResource, kube::Error> {
+    match discovery.tenant_resource(&entry.api_version, &entry.kind).await? {
+        Ok(resource) => Ok(resource),
+        Err(refusal) => Err(kube::Error::Discovery(DiscoveryError::MissingKind(refusal.message))),
+    }
 }
 
 /// The digest of `objects` as they would be sent, in order.
@@ -104,7 +111,7 @@ pub fn digest(objects: &[Value]) -> String {
 /// Server-side applies every object in order, stopping at the first refusal. Returns how many
 /// were applied. Each object must carry `apiVersion`, `kind`, `metadata.name` and
 /// `metadata.namespace`.
-pub async fn apply_all(client: &Client, objects: &[Value]) -> Result<usize, ApplyError> {
+pub async fn apply_all(client: &Client, discovery: &Discovery, objects: &[Value]) -> Result<usize, ApplyError> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for object in objects {
         let Some(entry) = super::entry_of(object) else {
@@ -112,8 +119,8 @@ pub async fn apply_all(client: &Client, objects: &[Value]) -> Result<usize, Appl
             let source = kube::Error::Service("it lacks apiVersion, kind, metadata.name or metadata.namespace".into());
             return Err(error(APPLYING, &unnamed, source));
         };
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &entry.namespace, &api_resource(&entry.api_version, &entry.kind));
+        let resource = resource_of(discovery, &entry).await.map_err(|source| error(APPLYING, &entry, source))?;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
         if let Err(source) = api.patch(&entry.name, &params, &Patch::Apply(object)).await {
             return Err(error(APPLYING, &entry, source));
         }
@@ -128,11 +135,11 @@ const DRIFT_READS: usize = 8;
 /// field they set ([`super::drift::live_matches`]), read as `client`'s user. An object that
 /// cannot be read (no `get` permission, an API error) counts as drifted: applying it again is
 /// always safe, and a real refusal then surfaces from the apply.
-pub async fn drifted(client: &Client, objects: Vec<Value>) -> Vec<Value> {
+pub async fn drifted(client: &Client, discovery: &Discovery, objects: Vec<Value>) -> Vec<Value> {
     let checks = objects.into_iter().map(|object| async move {
         let Some(entry) = super::entry_of(&object) else { return Some(object) };
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &entry.namespace, &api_resource(&entry.api_version, &entry.kind));
+        let Ok(resource) = resource_of(discovery, &entry).await else { return Some(object) };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
         let live = api.get_opt(&entry.name).await.ok().flatten().and_then(|live| serde_json::to_value(live).ok());
         match live {
             Some(live) if super::drift::live_matches(&object, &live) => None,
@@ -142,12 +149,20 @@ pub async fn drifted(client: &Client, objects: Vec<Value>) -> Vec<Value> {
     futures::stream::iter(checks).buffered(DRIFT_READS).filter_map(futures::future::ready).collect().await
 }
 
-/// Deletes every entry, in order; objects already gone count as deleted. Returns how many
-/// deletions were sent.
-pub async fn delete_all(client: &Client, entries: &[InventoryEntry]) -> Result<usize, ApplyError> {
+/// Deletes every entry, in order; objects already gone count as deleted, and so do objects of a
+/// kind the cluster no longer serves in any version. Returns how many entries were handled.
+pub async fn delete_all(
+    client: &Client,
+    discovery: &Discovery,
+    entries: &[InventoryEntry],
+) -> Result<usize, ApplyError> {
     for entry in entries {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &entry.namespace, &api_resource(&entry.api_version, &entry.kind));
+        let resource = match discovery.resource_for_deletion(&entry.api_version, &entry.kind).await {
+            Ok(Some(resource)) => resource,
+            Ok(None) => continue,
+            Err(source) => return Err(error(DELETING, entry, source)),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
         match api.delete(&entry.name, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -164,17 +179,6 @@ fn error(verb: &'static str, entry: &InventoryEntry, source: kube::Error) -> App
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn api_resources_of_core_and_grouped_kinds() {
-        let config_map = api_resource("v1", "ConfigMap");
-        assert_eq!((config_map.group.as_str(), config_map.plural.as_str()), ("", "configmaps"));
-        let target = api_resource("cdtarget.io/v1alpha1", "CDTarget");
-        assert_eq!(
-            (target.group.as_str(), target.version.as_str(), target.plural.as_str()),
-            ("cdtarget.io", "v1alpha1", "cdtargets")
-        );
-    }
 
     #[test]
     fn digest_depends_on_content_and_order() {

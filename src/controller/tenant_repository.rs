@@ -23,6 +23,7 @@ use serde_json::Value;
 use crate::api::tenant_repository::{
     InventoryEntry, TenantRepository, TenantRepositorySpec, TenantRepositoryStatus, webhook_path, webhook_token,
 };
+use crate::apply::discovery::{self, Discovery};
 use crate::apply::server_side::{self, ClientFor};
 use crate::apply::{inventory_of, prune_plan};
 use crate::controller::conditions::{self, Health, READY};
@@ -66,6 +67,8 @@ pub struct Context {
     pub client: Client,
     /// The client acting as a tenant's ServiceAccount, for every apply and prune.
     pub client_for: ClientFor,
+    /// The cluster's API discovery: which kinds are served, namespaced, and at which plural.
+    pub discovery: Arc<Discovery>,
     /// Fetches repositories into the cache, with bounded concurrency.
     pub fetcher: Fetcher,
     /// Namespace of the policy ConfigMap (the controller's namespace).
@@ -126,6 +129,7 @@ impl Context {
     pub fn new(client: Client, fetcher: Fetcher, policy_namespace: &str, policy_name: &str) -> Self {
         Context {
             client_for: server_side::impersonating(client.clone()),
+            discovery: Arc::new(Discovery::new(client.clone())),
             client,
             fetcher,
             policy_namespace: policy_namespace.to_owned(),
@@ -737,11 +741,11 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
         if plan.only_drifted
             && let Some(objects) = plan.apply.take()
         {
-            let drifted = server_side::drifted(&tenant, objects).await;
+            let drifted = server_side::drifted(&tenant, &ctx.discovery, objects).await;
             plan.apply = (!drifted.is_empty()).then_some(drifted);
         }
         if let Some(objects) = &plan.apply
-            && let Err(e) = server_side::apply_all(&tenant, objects).await
+            && let Err(e) = server_side::apply_all(&tenant, &ctx.discovery, objects).await
         {
             let class = api_error_class(&e.source);
             plan = plan.apply_failed(&repo, format!("{e} (as {user})"), class);
@@ -751,7 +755,7 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
             report.applied = plan.apply.as_ref().map_or(0, Vec::len);
         }
         if failure.is_none()
-            && let Err(e) = server_side::delete_all(&tenant, &plan.prune).await
+            && let Err(e) = server_side::delete_all(&tenant, &ctx.discovery, &plan.prune).await
         {
             let class = api_error_class(&e.source);
             plan = plan.prune_failed(format!("{e} (as {user})"), class);
@@ -836,6 +840,18 @@ async fn observe(
     })
     .await
     .unwrap_or_else(|e| Err(vec![Problem::field("", format!("loading the tree failed: {e}"))]));
+    // Scope and kind by the cluster's own discovery, before anything is applied.
+    let load = match load {
+        Ok(set) => {
+            let problems = discovery::check_set(&ctx.discovery, &set).await.map_err(|source| Error::Read {
+                kind: "API discovery",
+                name: "/api, /apis".into(),
+                source,
+            })?;
+            if problems.is_empty() { Ok(set) } else { Err(problems) }
+        }
+        Err(problems) => Err(problems),
+    };
     Ok(Observed::Fetched { revision, load })
 }
 

@@ -101,6 +101,7 @@ fn name_rule(kind: Option<&str>) -> fn(&str) -> Result<(), String> {
     match kind {
         Some("Service") => dns1035_label,
         Some("Role" | "RoleBinding") => path_segment,
+        Some("CronJob") => cron_job_name,
         // The renderer holds CDTarget names to a stricter rule of its own.
         Some("CDTarget") => |_| Ok(()),
         _ => names::dns1123_subdomain,
@@ -117,10 +118,28 @@ fn dns1035_label(name: &str) -> Result<(), String> {
     }
 }
 
-/// RBAC names: anything that fits in a URL path segment.
+/// CronJobs: a DNS-1123 subdomain short enough for the Jobs it names (the API server's rule).
+fn cron_job_name(name: &str) -> Result<(), String> {
+    const MAX_CRON_JOB: usize = 52;
+    names::dns1123_subdomain(name)?;
+    if name.len() > MAX_CRON_JOB {
+        Err(format!("is {} characters long; CronJob names have at most {MAX_CRON_JOB}", name.len()))
+    } else {
+        Ok(())
+    }
+}
+
+/// RBAC names: the API server accepts any path segment (not `.` or `..`, no '/' or '%'). The
+/// name is sent unescaped as the last segment of the request's URL, so cdtarget also refuses
+/// what is not a URL path character (`?`, `#`, spaces, controls, non-ASCII): such a name would
+/// change the request instead of naming the object.
 fn path_segment(name: &str) -> Result<(), String> {
-    if name == "." || name == ".." || name.contains(['/', '%']) {
-        Err(format!("`{name}` cannot be used as a name; it may not be `.`, `..` or contain '/' or '%'"))
+    let url_safe = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b);
+    if name == "." || name == ".." || !name.bytes().all(url_safe) {
+        Err(format!(
+            "`{}` cannot be used as a name; it may not be `.` or `..`, and may hold letters, digits and `-._~!$&'()*+,;=:@` only",
+            names::shown(name)
+        ))
     } else if name.len() > names::MAX_SUBDOMAIN {
         Err(format!("is {} characters long; at most {} are allowed", name.len(), names::MAX_SUBDOMAIN))
     } else {

@@ -4,7 +4,9 @@
 //! [`read_tree`] is the only I/O; [`load`] is a pure function over the files it read.
 
 mod metadata;
+pub mod reserved_labels;
 pub mod scope;
+pub mod type_meta;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -14,6 +16,7 @@ use serde_json::Value;
 
 use crate::api::{API_VERSION, CDTarget, LEGACY_API_VERSION, names};
 use crate::policy::Policy;
+use crate::policy::tenancy::KindPattern;
 use crate::problem::Problem;
 use crate::render::check_document;
 use crate::yaml;
@@ -78,6 +81,14 @@ impl Document {
         match &self.content {
             Content::CDTarget(t) => t.metadata.name.as_deref().unwrap_or_default(),
             Content::Object(v) => v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
+        }
+    }
+
+    /// `apiVersion` of the object as it is sent (a CDTarget is always sent as the current one).
+    pub fn api_version(&self) -> &str {
+        match &self.content {
+            Content::CDTarget(_) => API_VERSION,
+            Content::Object(v) => v.get("apiVersion").and_then(Value::as_str).unwrap_or_default(),
         }
     }
 
@@ -279,15 +290,10 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
         )]);
     };
     let mut problems = Vec::new();
-    let text = |key: &str| object.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
-    let api_version = text("apiVersion");
-    let kind = text("kind");
-    if api_version.is_none() {
-        problems.push(Problem::field("apiVersion", "is required; expected e.g. `v1` or `cdtarget.io/v1alpha1`"));
-    }
-    if kind.is_none() {
-        problems.push(Problem::field("kind", "is required; expected e.g. `ConfigMap` or `CDTarget`"));
-    }
+    // apiVersion and kind become segments of the URL every request is sent to: nothing else
+    // looks at them before they are Kubernetes names.
+    let api_version = type_meta::api_version(object.get("apiVersion")).map_err(|p| problems.push(p)).ok();
+    let kind = type_meta::kind(object.get("kind")).map_err(|p| problems.push(p)).ok();
     let metadata = object.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
     let Some(metadata) = metadata.as_object_mut() else {
         problems.push(Problem::field("metadata", "expected a mapping with at least `name`"));
@@ -295,24 +301,24 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
     };
     problems.extend(metadata::check(metadata, kind.as_deref(), namespace));
     metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
+    problems.extend(reserved_labels::check(&value));
 
-    let (Some(api_version), Some(kind)) = (api_version, kind) else { return Err(problems) };
-    let group = group_of(&api_version);
+    let (Some(type_meta::ApiVersion { group, version }), Some(kind)) = (api_version, kind) else {
+        return Err(problems);
+    };
     if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
         problems.push(Problem::field("kind", "lists are not applied; write each object as its own document"));
-    } else if scope::is_cluster_scoped(group, &kind) {
+    } else if scope::is_cluster_scoped(&group, &kind) {
         problems.push(Problem::field(
             "kind",
             format!("{kind} is cluster-scoped; tenants may only apply namespaced objects into their namespace"),
         ));
     } else if group == "kustomize.config.k8s.io" {
         problems.push(Problem::field("kind", KUSTOMIZE_NOT_BUILT));
-    } else if scope::is_platform_only(group, &kind) {
-        problems.push(Problem::field(
-            "kind",
-            format!("{kind} objects are the platform team's; tenants declare egress through CDTargets instead"),
-        ));
+    } else if let Some(pattern) = policy.tenancy.forbidden(&group, &kind) {
+        problems.push(Problem::field("kind", forbidden_message(&group, &kind, pattern)));
     } else if kind == "CDTarget" && (group == crate::api::GROUP || group == "cnad.gofound.nl") {
+        let api_version = type_meta::join(&group, &version);
         if api_version != API_VERSION && api_version != LEGACY_API_VERSION {
             problems.push(Problem::field(
                 "apiVersion",
@@ -328,6 +334,18 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
         return check_document(&value, namespace, policy).map(|t| Content::CDTarget(Box::new(t)));
     }
     if problems.is_empty() { Ok(Content::Object(value)) } else { Err(problems) }
+}
+
+fn forbidden_message(group: &str, kind: &str, pattern: &KindPattern) -> String {
+    let network_kinds = crate::api::policy::TenancyDocument::default().forbidden_kinds;
+    let why = if group == crate::api::GROUP && kind == "TenantRepository" {
+        "registrations of Git repositories are the platform team's, in the platform namespace"
+    } else if network_kinds.iter().any(|d| d.group == group && (d.kind == "*" || d.kind == kind)) {
+        "network access is the cluster admins' decision (network policies of every kind add up, so one tenant policy could undo the guardrails); tenants declare egress through CDTargets instead"
+    } else {
+        "ask the platform team to apply it"
+    };
+    format!("{kind} objects are refused to tenants by the platform policy (tenancy.forbiddenKinds: `{pattern}`): {why}")
 }
 
 /// The same group/kind/name twice, among the tenant's documents or with a rendered child.

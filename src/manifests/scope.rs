@@ -1,8 +1,9 @@
 //! Which kinds are cluster-scoped, and the order kinds are applied in.
 
 /// Built-in (and well-known add-on) kinds that are cluster-scoped. Tenants may only apply
-/// namespaced objects; a kind not listed here is taken as namespaced offline, and the
-/// controller confirms it through discovery before applying.
+/// namespaced objects; a kind not listed here is taken as namespaced offline (`render`,
+/// `validate`), and the controller decides through API discovery before applying
+/// ([`crate::apply::discovery`]).
 const CLUSTER_SCOPED: &[(&str, &str)] = &[
     ("", "Namespace"),
     ("", "Node"),
@@ -42,16 +43,6 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
 /// Whether `group`/`kind` is known to be cluster-scoped.
 pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
     CLUSTER_SCOPED.iter().any(|(g, k)| *g == group && *k == kind)
-}
-
-/// Namespaced kinds only the platform team writes: egress is the cluster admins' decision (a
-/// tenant NetworkPolicy would add to the guardrails, since policies are additive), and
-/// registrations of Git repositories live in the platform namespace.
-const PLATFORM_ONLY: &[(&str, &str)] = &[("networking.k8s.io", "NetworkPolicy"), ("cdtarget.io", "TenantRepository")];
-
-/// Whether tenants are refused `group`/`kind` whatever their RBAC says.
-pub fn is_platform_only(group: &str, kind: &str) -> bool {
-    PLATFORM_ONLY.iter().any(|(g, k)| *g == group && *k == kind)
 }
 
 /// Apply order: what others reference comes first (identities and configuration, then

@@ -4,6 +4,7 @@
 pub mod address;
 pub mod cidr;
 pub mod outbound;
+pub mod tenancy;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -49,6 +50,8 @@ pub struct Policy {
     pub max_addresses: MaxAddresses,
     /// Hosts the URLs tenants set may point at.
     pub allowed_url_hosts: Vec<HostPattern>,
+    /// Kinds tenants may not apply.
+    pub tenancy: tenancy::Tenancy,
 }
 
 /// Caps on the union of one CDTarget's destinations, per family.
@@ -364,6 +367,8 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
     }
 
     let addresses = check_address_limits(document, &mut problems);
+    let tenancy = tenancy::check(&document.tenancy, &mut problems);
+
     let policy = Policy {
         ports,
         min_prefix_v4: min_prefix_v4.unwrap_or(32),
@@ -379,6 +384,7 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
         allow_custom_nameservers: egress.allow_custom_nameservers,
         max_addresses: addresses.max_addresses,
         allowed_url_hosts: addresses.allowed_url_hosts,
+        tenancy,
     };
     problems.finish(policy)
 }

@@ -41,6 +41,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use cdtarget::apply::discovery::Discovery;
 use cdtarget::apply::server_side;
 
 use crate::common::api_bridge::{ApiBridge, Record};
@@ -165,6 +166,7 @@ impl Cluster {
         let repo_ctx = Arc::new(tenant_repository::Context {
             client: client.clone(),
             client_for: server_side::impersonating(client.clone()),
+            discovery: Arc::new(Discovery::new(client.clone())),
             fetcher: Fetcher::new(cache.path(), Limits::default(), 2),
             policy_namespace: PLATFORM.into(),
             policy_name: POLICY.into(),

@@ -5,6 +5,7 @@
 mod common;
 
 mod cdtarget;
+mod discovery;
 mod e2e;
 mod gitlab;
 mod run;

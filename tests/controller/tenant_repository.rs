@@ -24,6 +24,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube_fake_client::ClientBuilder;
 
+use cdtarget::apply::discovery::Discovery;
 use cdtarget::apply::server_side;
 
 use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
@@ -47,14 +48,22 @@ pub(crate) struct Fixture {
     _upstream: Upstream,
     pub(crate) repo: UpstreamRepo,
     cache: TestDir,
+    /// The controller's discovery cache, kept across reconciles as in production; a miss
+    /// refreshes at once (the throttle is tested in tests/controller/discovery.rs).
+    pub(crate) discovery: Arc<Discovery>,
 }
 
 impl Fixture {
     pub(crate) async fn new() -> Fixture {
+        Fixture::with_fake(|builder| builder).await
+    }
+
+    /// A fixture whose fake also knows what `extend` registers (custom resources of a test).
+    pub(crate) async fn with_fake(extend: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Fixture {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes: Writes = Arc::default();
         let funcs = recording_writes(&writes);
-        let fake = ClientBuilder::new()
+        let fake = extend(ClientBuilder::new())
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
             .with_resource::<TenantRepository>()
@@ -66,7 +75,9 @@ impl Fixture {
         let upstream = Upstream::new();
         let repo = upstream.create("tenant.git");
         let bridge = ApiBridge::start(fake, Record::All).await;
-        Fixture { client: bridge.client(), bridge, writes, _upstream: upstream, repo, cache: test_dir() }
+        let client = bridge.client();
+        let discovery = Arc::new(Discovery::new(client.clone()).with_min_refresh(Duration::ZERO));
+        Fixture { client, bridge, writes, _upstream: upstream, repo, cache: test_dir(), discovery }
     }
 
     /// The reconciler's context, as `cdtarget controller` builds it: every request goes over
@@ -75,6 +86,7 @@ impl Fixture {
         Arc::new(Context {
             client: self.client.clone(),
             client_for: server_side::impersonating(self.client.clone()),
+            discovery: self.discovery.clone(),
             fetcher: Fetcher::new(self.cache.path(), Limits::default(), 2),
             policy_namespace: PLATFORM.into(),
             policy_name: "cdtarget-policy".into(),

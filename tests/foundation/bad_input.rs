@@ -398,6 +398,43 @@ fn document_cases() -> Vec<Case> {
             expected: vec![at("rbac.yaml", 1, "kind", "ClusterRole is cluster-scoped; tenants may only apply namespaced objects")],
         },
         Case {
+            name: "kind_that_is_a_path_is_rejected_on_the_kind",
+            files: vec![("path.yaml", "apiVersion: v1\nkind: ../../secrets\nmetadata:\n  name: x\n".into())],
+            expected: vec![at("path.yaml", 1, "kind", "is not a kind; expected an upper-case letter")],
+        },
+        Case {
+            name: "api_version_with_a_path_is_rejected_on_the_api_version",
+            files: vec![("path.yaml", "apiVersion: v1/../..\nkind: Secret\nmetadata:\n  name: x\n".into())],
+            expected: vec![at("path.yaml", 1, "apiVersion", "holds more than one '/'; expected `VERSION`")],
+        },
+        Case {
+            name: "non_string_kind_is_rejected_as_not_a_string",
+            files: vec![("kind.yaml", "apiVersion: v1\nkind: [ConfigMap]\nmetadata:\n  name: x\n".into())],
+            expected: vec![at("kind.yaml", 1, "kind", "expected a string such as `ConfigMap`")],
+        },
+        Case {
+            name: "cilium_network_policy_is_rejected_as_forbidden_by_the_policy",
+            files: vec![(
+                "cilium.yaml",
+                "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata:\n  name: out\nspec: {}\n".into(),
+            )],
+            expected: vec![at("cilium.yaml", 1, "kind", "tenancy.forbiddenKinds: `cilium.io/*`")],
+        },
+        Case {
+            name: "deployment_template_with_the_agents_label_is_rejected_at_the_label",
+            files: vec![(
+                "web.yaml",
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    metadata:\n      labels: {cdtarget.io/cdtarget: agents}\n"
+                    .into(),
+            )],
+            expected: vec![at(
+                "web.yaml",
+                1,
+                "spec.template.metadata.labels.cdtarget.io/cdtarget",
+                "tenant objects may neither carry nor select by it",
+            )],
+        },
+        Case {
             name: "list_kind_is_rejected",
             files: vec![("list.yaml", "apiVersion: v1\nkind: List\nmetadata:\n  name: all\nitems: []\n".into())],
             expected: vec![at("list.yaml", 1, "kind", "write each object as its own document")],
@@ -639,6 +676,16 @@ pub(super) fn policy_at(field: &'static str, message: &'static str) -> Expected 
 
 fn policy_cases() -> Vec<PolicyCase> {
     vec![
+        policy_case(
+            "forbidden_kind_without_group_is_rejected_as_missing_the_group",
+            "tenancy:\n  forbiddenKinds: [{kind: CiliumNetworkPolicy}]\n",
+            vec![policy_at("tenancy.forbiddenKinds[0].group", "is required (The API group")],
+        ),
+        policy_case(
+            "forbidden_kind_that_is_not_a_kind_is_rejected",
+            "tenancy:\n  forbiddenKinds: [{group: cilium.io, kind: ciliumnetworkpolicies}]\n",
+            vec![policy_at("tenancy.forbiddenKinds[0].kind", "or `*` for every kind of the group")],
+        ),
         policy_case(
             "port_zero_is_rejected",
             "egress:\n  ports: [{port: 443}, {port: 0}]\n",

@@ -12,4 +12,5 @@ mod golden;
 mod keda_schema;
 mod properties;
 mod support;
+mod tenancy;
 mod tree;
