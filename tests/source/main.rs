@@ -4,8 +4,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod budgets;
 mod cli;
 mod failures;
+mod hostile_trees;
+mod isolation;
 mod transports;
 
 use std::path::{Path, PathBuf};
