@@ -9,6 +9,7 @@ mod cli;
 mod failures;
 mod hostile_trees;
 mod isolation;
+mod reader;
 mod transports;
 
 use std::path::{Path, PathBuf};
