@@ -2,11 +2,12 @@
 //! the tree — cheaply when nothing changed.
 //!
 //! Per registration there is one cache directory holding a bare repository (`repo.git`) and the
-//! checked-out snapshots (`trees/<sha>`). A poll first asks the remote where the ref points (one
+//! running snapshot (`trees/<sha>`). A poll first asks the remote where the ref points (one
 //! round trip); when a snapshot of that commit exists, nothing is fetched and nothing is written.
-//! Otherwise the commit is fetched shallow (depth 1, except over `file://`), its tree is written
-//! beside the previous snapshot and moved into place once whole — a failed fetch never touches
-//! the last good snapshot.
+//! Otherwise the commit is fetched shallow (depth 1, except over `file://`), its tree is checked
+//! whole and written beside the running snapshot ([`snapshot`]), moved into place once whole, and
+//! only then is the previous snapshot removed — a failed fetch never touches the last good one.
+//! [`Limits`] bound each fetch and the disk each registration may use.
 
 pub mod error;
 mod git;
