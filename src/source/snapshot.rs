@@ -292,9 +292,8 @@ pub(crate) fn write_plan(repo: &Repository, plan: &Plan, dir: &Path) -> Result<(
             }
             What::Symlink(target) => rustix::fs::symlinkat(target.as_str(), parent, entry.name.as_str()).map(|()| None),
         };
-        match created.map_err(|e| write_failure(&entry.path, e.into()))? {
-            Some(directory) => stack.push(directory),
-            None => {}
+        if let Some(directory) = created.map_err(|e| write_failure(&entry.path, e.into()))? {
+            stack.push(directory);
         }
     }
     Ok(())

@@ -22,7 +22,7 @@ fn expect(result: Result<Fetched, SourceError>, kind: FailureKind, figure: u64) 
 
 fn assert_running(cache: &Path, running: &Snapshot) {
     assert_eq!(read(running, "settings.yaml"), CONFIG_MAP, "the running snapshot stays");
-    assert_eq!(snapshot_dirs(cache), [running.root.clone()], "and nothing else is left in trees/");
+    assert_eq!(snapshot_dirs(cache), std::slice::from_ref(&running.root), "and nothing else is left in trees/");
 }
 
 /// Apparent bytes under `dir`, links not followed.
@@ -172,6 +172,6 @@ fn what_an_interrupted_write_or_prune_left_is_removed_and_never_taken_for_a_snap
     std::fs::create_dir_all(trees.join(format!("{}.stale/half", first.revision))).unwrap();
     let snapshot = fetch_updated(cache.path(), &request);
     assert_eq!(snapshot.revision, second);
-    assert_eq!(snapshot_dirs(cache.path()), [snapshot.root.clone()]);
+    assert_eq!(snapshot_dirs(cache.path()), std::slice::from_ref(&snapshot.root));
     assert_eq!(read(&snapshot, "more.yaml"), CONFIG_MAP, "written whole, not the partial one");
 }

@@ -129,7 +129,7 @@ fn push_raw_commit(upstream: &common::UpstreamRepo, build: impl FnOnce(&Reposito
 
 fn assert_running_snapshot_intact(cache: &Path, running: &cdtarget::source::Snapshot) {
     assert_eq!(read(running, "settings.yaml"), CONFIG_MAP, "the running snapshot must survive");
-    assert_eq!(snapshot_dirs(cache), [running.root.clone()], "no half-written snapshot is left behind");
+    assert_eq!(snapshot_dirs(cache), std::slice::from_ref(&running.root), "no half-written snapshot is left behind");
 }
 
 #[test]
