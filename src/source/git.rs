@@ -546,6 +546,8 @@ fn write_snapshot(
     limits: &Limits,
 ) -> Result<Snapshot, SourceError> {
     let at_commit = |e: SourceError| SourceError::new(e.kind, format!("commit {}: {}", commit.id(), e.message));
+    let (size, _) = repo.odb().and_then(|odb| odb.read_header(commit.tree_id())).map_err(|e| corrupt(&e))?;
+    snapshot::check_tree_object_size(size as u64, limits, "").map_err(at_commit)?;
     let tree = commit
         .tree()
         .map_err(|e| match e.code() {

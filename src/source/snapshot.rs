@@ -38,6 +38,8 @@ pub const MAX_PATH_BYTES: usize = 1024;
 pub const MAX_NAME_BYTES: usize = 255;
 /// Longest symlink target, in bytes (`PATH_MAX` less the terminating NUL).
 pub const MAX_LINK_TARGET_BYTES: usize = 4095;
+/// Largest tree entry that passes the checks: mode, space, a 255-byte name, NUL, SHA-256 id.
+const MAX_TREE_ENTRY_BYTES: u64 = 6 + 1 + MAX_NAME_BYTES as u64 + 1 + 32;
 
 /// Git's file modes, as stored in tree objects.
 const MODE_TREE: i32 = 0o040000;
@@ -201,7 +203,8 @@ impl<'r> Planner<'r> {
     }
 
     fn subtree(&self, id: Oid, path: &str) -> Result<Tree<'r>, SourceError> {
-        self.object_size(id, ObjectType::Tree, path, "a directory")?;
+        let size = self.object_size(id, ObjectType::Tree, path, "a directory")?;
+        check_tree_object_size(size, self.limits, path)?;
         self.repo.find_tree(id).map_err(|e| missing_or_invalid(&e, path))
     }
 
@@ -217,6 +220,23 @@ impl<'r> Planner<'r> {
             .map(str::to_owned)
             .map_err(|why| unsafe_tree(format!("`{path}` is a symlink whose target {why}")))
     }
+}
+
+/// Refuses a tree object too large to hold `max_tree_entries` entries before libgit2 parses it
+/// into memory: a few bytes of a pack can inflate to a tree of millions of entries.
+pub(crate) fn check_tree_object_size(size: u64, limits: &Limits, path: &str) -> Result<(), SourceError> {
+    let most = limits.max_tree_entries.saturating_mul(MAX_TREE_ENTRY_BYTES);
+    if size > most {
+        let shown = if path.is_empty() { "the root directory".to_owned() } else { format!("`{path}`") };
+        return Err(SourceError::new(
+            FailureKind::SnapshotTooLarge,
+            format!(
+                "{shown} is a tree object of {size} bytes, more than {} entries can take (at most {most} bytes)",
+                limits.max_tree_entries
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The name of a tree entry as it may be written, or why it may not.

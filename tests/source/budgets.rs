@@ -175,3 +175,20 @@ fn what_an_interrupted_write_or_prune_left_is_removed_and_never_taken_for_a_snap
     assert_eq!(snapshot_dirs(cache.path()), std::slice::from_ref(&snapshot.root));
     assert_eq!(read(&snapshot, "more.yaml"), CONFIG_MAP, "written whole, not the partial one");
 }
+
+#[test]
+fn a_tree_object_too_large_for_the_entry_budget_is_refused_before_it_is_parsed() {
+    let (upstream, repo) = super::tenant_repo();
+    let daemon = GitDaemon::start(&upstream.root());
+    let cache = common::test_dir();
+    let request = request(&daemon.url("tenant.git"), Credentials::None);
+    let running = fetch_updated(cache.path(), &request);
+    // 300 entries in one directory: a tree object of about 11 KiB, small in a pack.
+    let names: Vec<String> = (0..300).map(|i| format!("many/file-{i:03}.yaml")).collect();
+    let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "")).collect();
+    repo.commit_and_push(&files, "a wide directory");
+    let few = Limits { max_tree_entries: 10, ..limits() };
+    let message = expect(fetch(cache.path(), &request, &few), FailureKind::SnapshotTooLarge, 10);
+    assert!(message.contains("`many` is a tree object of"), "{message}");
+    assert_running(cache.path(), &running);
+}
