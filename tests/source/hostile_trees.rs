@@ -1,7 +1,8 @@
 //! Trees a hostile tenant can push: raw tree objects written byte by byte (git2's TreeBuilder
-//! would sort and de-duplicate them, `git receive-pack` accepts them), checked out through a real
-//! `git daemon` or handed to the snapshot writer directly. Nothing may appear outside the snapshot
-//! directory: a sentinel directory beside it stays empty, and the running snapshot stays intact.
+//! would sort and de-duplicate them), pushed with stock `git push` (receive-pack accepts them) and
+//! fetched through a real `git daemon`, or handed to the snapshot writer directly. Nothing may
+//! appear outside the snapshot directory: a sentinel directory beside it stays untouched, and the
+//! running snapshot stays intact.
 
 use std::path::{Path, PathBuf};
 
@@ -117,14 +118,18 @@ fn expect_refused(result: Result<(), SourceError>, naming: &str) -> String {
 
 // === The attack of the issue, through a real transport ===
 
-/// Commits `tree` on `main` of the upstream's bare repository, after its current tip.
-fn push_raw_commit(upstream: &common::UpstreamRepo, build: impl FnOnce(&Repository) -> Oid) -> String {
-    let repo = Repository::open_bare(upstream.bare_path()).unwrap();
+/// Commits the tree `build` writes on `main` of the working clone, after its tip, and pushes it
+/// with stock `git push` (`git receive-pack` accepts such trees). Returns the commit's sha.
+pub fn push_raw_commit(upstream: &common::UpstreamRepo, build: impl FnOnce(&Repository) -> Oid) -> String {
+    let repo = Repository::open(upstream.work_path()).unwrap();
     let tree = build(&repo);
     let tree = repo.find_tree(tree).unwrap();
     let parent = repo.find_reference("refs/heads/main").unwrap().peel_to_commit().unwrap();
     let who = Signature::now("tenant", "tenant@example.invalid").unwrap();
-    repo.commit(Some("refs/heads/main"), &who, &who, "hostile", &tree, &[&parent]).unwrap().to_string()
+    let sha = repo.commit(Some("refs/heads/main"), &who, &who, "hostile", &tree, &[&parent]).unwrap().to_string();
+    upstream.push("main");
+    assert_eq!(upstream.head("main").as_deref(), Some(sha.as_str()), "the push was accepted");
+    sha
 }
 
 fn assert_running_snapshot_intact(cache: &Path, running: &cdtarget::source::Snapshot) {

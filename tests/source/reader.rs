@@ -10,7 +10,7 @@ use cdtarget::problem::Problem;
 use cdtarget::source::{Credentials, FailureKind, Snapshot};
 
 use super::common::{self, GitDaemon, TestDir};
-use super::hostile_trees::{blob, raw_tree};
+use super::hostile_trees::{blob, push_raw_commit, raw_tree};
 use super::{CONFIG_MAP, fetch_updated, request};
 
 const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: other-tenants-secret\n";
@@ -122,16 +122,11 @@ fn a_pushed_symlink_named_by_spec_path_is_refused_with_the_revision() {
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();
     let disk = Disk::new();
-    {
-        let bare = git2::Repository::open_bare(repo.bare_path()).unwrap();
-        let link = blob(&bare, disk.outside().to_str().unwrap().as_bytes());
-        let settings = blob(&bare, CONFIG_MAP.as_bytes());
-        let tree = raw_tree(&bare, &[("120000", b"deploy", link), ("100644", b"settings.yaml", settings)]);
-        let tree = bare.find_tree(tree).unwrap();
-        let parent = bare.head().unwrap().peel_to_commit().unwrap();
-        let who = git2::Signature::now("tenant", "tenant@example.invalid").unwrap();
-        bare.commit(Some("refs/heads/main"), &who, &who, "link", &tree, &[&parent]).unwrap();
-    }
+    push_raw_commit(&repo, |r| {
+        let link = blob(r, disk.outside().to_str().unwrap().as_bytes());
+        let settings = blob(r, CONFIG_MAP.as_bytes());
+        raw_tree(r, &[("120000", b"deploy", link), ("100644", b"settings.yaml", settings)])
+    });
     let snapshot = fetch_updated(cache.path(), &request(&daemon.url("tenant.git"), Credentials::None));
     let error = snapshot.dir(Some("deploy")).unwrap_err();
     assert!(error.message.contains("`deploy` is a symlink"), "{}", error.message);
