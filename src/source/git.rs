@@ -508,8 +508,10 @@ fn same_origin(remote: &RemoteUrl, url: &str) -> bool {
     RemoteUrl::parse(url).is_ok_and(|asked| remote.same_origin(&asked))
 }
 
+/// Where a server sent us, for a message: the server chose it, so escaped and bounded.
 fn origin_of(url: &str) -> String {
-    RemoteUrl::parse(url).map_or_else(|_| "another origin".to_owned(), |asked| asked.origin())
+    let origin = RemoteUrl::parse(url).map_or_else(|_| "another origin".to_owned(), |asked| asked.origin());
+    origin.escape_debug().take(200).collect()
 }
 
 /// The commit a ref points to, peeling annotated tags.
