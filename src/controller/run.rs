@@ -60,6 +60,18 @@ pub struct Args {
     /// Upper bound on one Git fetch, in seconds; a socket silent for this long is cut too.
     #[arg(long, env = "CDTARGET_GIT_TIMEOUT", default_value_t = 60, value_name = "SECONDS")]
     pub git_timeout: u64,
+    /// Most bytes one Git fetch may receive (the pack); more stalls the registration with
+    /// `TooLarge`.
+    #[arg(long, env = "CDTARGET_GIT_MAX_FETCH_BYTES", default_value_t = source::Limits::default().max_fetch_bytes, value_name = "BYTES")]
+    pub git_max_fetch_bytes: u64,
+    /// Most bytes of a checked-out tree (all files); more stalls the registration with
+    /// `SnapshotTooLarge`.
+    #[arg(long, env = "CDTARGET_GIT_MAX_SNAPSHOT_BYTES", default_value_t = source::Limits::default().max_tree_bytes, value_name = "BYTES")]
+    pub git_max_snapshot_bytes: u64,
+    /// Disk budget of one registration's cache (repository, running snapshot and the one being
+    /// written); more stalls it with `CacheTooLarge`. Keep it at least fetch + 2 × snapshot.
+    #[arg(long, env = "CDTARGET_GIT_MAX_CACHE_BYTES", default_value_t = source::Limits::default().max_cache_bytes, value_name = "BYTES")]
+    pub git_max_cache_bytes: u64,
     /// Label selector for sharding: only TenantRepositories and CDTargets matching it are
     /// reconciled by this replica (e.g. `cdtarget.io/shard=a`). Give each shard its own
     /// `--lease-name`.
@@ -426,7 +438,13 @@ async fn reconcile_until_stopped(
     }
     let git_timeout = Duration::from_secs(args.git_timeout.max(1));
     source::set_io_timeout(git_timeout);
-    let limits = source::Limits { timeout: git_timeout, ..source::Limits::default() };
+    let limits = source::Limits {
+        timeout: git_timeout,
+        max_fetch_bytes: args.git_max_fetch_bytes,
+        max_tree_bytes: args.git_max_snapshot_bytes,
+        max_cache_bytes: args.git_max_cache_bytes,
+        ..source::Limits::default()
+    };
     let fetch_metrics = state.clone();
     let fetcher = Fetcher::new(&args.cache_dir, limits, args.fetch_concurrency)
         .with_observer(Arc::new(move |result, duration| fetch_metrics.metrics.observe_fetch(result, duration)));

@@ -4,13 +4,12 @@
 //! [`read_tree`] is the only I/O; [`load`] is a pure function over the files it read.
 
 mod metadata;
+mod read;
 pub mod reserved_labels;
 pub mod scope;
 pub mod type_meta;
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -20,6 +19,8 @@ use crate::policy::tenancy::KindPattern;
 use crate::problem::Problem;
 use crate::render::check_document;
 use crate::yaml;
+
+pub use read::read_tree;
 
 /// Bounds on what a tenant repository may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,117 +121,6 @@ impl ApplySet {
             Content::Object(_) => None,
         })
     }
-}
-
-/// Reads every `.yaml`/`.yml` file under `root`, in sorted order. Hidden files and directories
-/// (`.git`, `.gitlab-ci.yml`) and other files are skipped; symlinks are read only when they point
-/// at a file inside the tree; the limits bound each file and the total.
-pub fn read_tree(root: &Path, limits: &Limits) -> Result<Vec<SourceFile>, Vec<Problem>> {
-    let root = fs::canonicalize(root).map_err(|e| {
-        vec![Problem::field("", format!("cannot read directory: {e}")).located(&root.display().to_string(), None, None)]
-    })?;
-    if !root.is_dir() {
-        return Err(vec![Problem::field("", "is not a directory").located(&root.display().to_string(), None, None)]);
-    }
-    let mut walk = TreeWalk { root: &root, limits, total: 0, files: Vec::new(), problems: Vec::new() };
-    walk.directory(&root);
-    if walk.problems.is_empty() { Ok(walk.files) } else { Err(walk.problems) }
-}
-
-struct TreeWalk<'a> {
-    root: &'a Path,
-    limits: &'a Limits,
-    total: u64,
-    files: Vec<SourceFile>,
-    problems: Vec<Problem>,
-}
-
-impl TreeWalk<'_> {
-    fn problem(&mut self, path: &Path, message: impl Into<String>) {
-        let shown = self.relative(path);
-        self.problems.push(Problem::field("", message).located(&shown, None, None));
-    }
-
-    fn relative(&self, path: &Path) -> String {
-        let relative = path.strip_prefix(self.root).unwrap_or(path);
-        relative.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
-    }
-
-    fn directory(&mut self, dir: &Path) {
-        let mut entries: Vec<PathBuf> = match fs::read_dir(dir) {
-            Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).collect(),
-            Err(e) => return self.problem(dir, format!("cannot read directory: {e}")),
-        };
-        entries.sort();
-        for path in entries {
-            let hidden = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
-            if hidden {
-                continue;
-            }
-            let metadata = match fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) => {
-                    self.problem(&path, format!("cannot read: {e}"));
-                    continue;
-                }
-            };
-            if metadata.is_dir() {
-                self.directory(&path);
-            } else if is_yaml(&path) {
-                if metadata.file_type().is_symlink() {
-                    self.symlink(&path);
-                } else if metadata.is_file() {
-                    self.file(&path, &path, metadata.len());
-                }
-            } else if metadata.file_type().is_symlink() && fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
-                self.problem(
-                    &path,
-                    "is a symlink to a directory; symlinked directories are not followed, move the files instead",
-                );
-            }
-        }
-    }
-
-    fn symlink(&mut self, link: &Path) {
-        match fs::canonicalize(link) {
-            Ok(target) if !target.starts_with(self.root) => {
-                self.problem(link, "is a symlink that leaves the repository; only links to files inside it are read")
-            }
-            Ok(target) => match fs::metadata(&target) {
-                Ok(m) if m.is_file() => self.file(link, &target, m.len()),
-                _ => self.problem(link, "is a symlink to something other than a file; only links to files are read"),
-            },
-            Err(_) => self.problem(link, "is a broken symlink; point it at a file inside the repository or remove it"),
-        }
-    }
-
-    fn file(&mut self, shown: &Path, path: &Path, size: u64) {
-        if size > self.limits.max_file_bytes {
-            return self.problem(
-                shown,
-                format!("is {size} bytes; files of at most {} bytes are read", self.limits.max_file_bytes),
-            );
-        }
-        self.total += size;
-        if self.total > self.limits.max_total_bytes {
-            return self.problem(
-                shown,
-                format!("brings the YAML in the tree past the limit of {} bytes", self.limits.max_total_bytes),
-            );
-        }
-        match fs::read(path).map(String::from_utf8) {
-            Ok(Ok(text)) => {
-                let path = self.relative(shown);
-                self.files.push(SourceFile { path, text });
-            }
-            Ok(Err(_)) => self.problem(shown, "is not UTF-8 text"),
-            Err(e) => self.problem(shown, format!("cannot read: {e}")),
-        }
-    }
-}
-
-fn is_yaml(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
 fn group_of(api_version: &str) -> &str {

@@ -19,8 +19,18 @@ pub enum FailureKind {
     Unreachable,
     /// The operation took longer than its timeout.
     Timeout,
-    /// The fetch or the checked-out tree exceeded its size limit.
+    /// The fetch received more bytes than its limit (the pack).
     TooLarge,
+    /// The checked-out tree would exceed a bound: its bytes, one file's bytes or its entries.
+    SnapshotTooLarge,
+    /// The registration's cache (repository and snapshots) would exceed its budget.
+    CacheTooLarge,
+    /// The tree holds an entry that cannot be checked out safely (a duplicate name, a name such
+    /// as `..`, an odd mode, a symlink target that is not text); the message names the path.
+    UnsafeTree,
+    /// The server redirected to another origin (scheme, host or port), where credentials are
+    /// never sent.
+    RedirectRefused,
     /// The local cache was damaged; it is discarded and cloned afresh.
     CorruptCache,
     /// The request itself is wrong (scheme, ref name, path).
@@ -49,6 +59,10 @@ impl FailureKind {
             | FailureKind::HostKeyUnknown
             | FailureKind::CertificateInvalid
             | FailureKind::TooLarge
+            | FailureKind::SnapshotTooLarge
+            | FailureKind::CacheTooLarge
+            | FailureKind::UnsafeTree
+            | FailureKind::RedirectRefused
             | FailureKind::InvalidRequest => FailureClass::Stalled,
             FailureKind::RefNotFound => FailureClass::Waiting,
             FailureKind::Unreachable | FailureKind::Timeout | FailureKind::CorruptCache | FailureKind::Other => {
@@ -68,6 +82,10 @@ impl FailureKind {
             FailureKind::Unreachable => "Unreachable",
             FailureKind::Timeout => "Timeout",
             FailureKind::TooLarge => "TooLarge",
+            FailureKind::SnapshotTooLarge => "SnapshotTooLarge",
+            FailureKind::CacheTooLarge => "CacheTooLarge",
+            FailureKind::UnsafeTree => "UnsafeTree",
+            FailureKind::RedirectRefused => "RedirectRefused",
             FailureKind::CorruptCache => "CorruptCache",
             FailureKind::InvalidRequest => "InvalidRequest",
             FailureKind::Other => "GitError",

@@ -9,12 +9,13 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use git2::{
-    AutotagOption, CertificateCheckStatus, Cred, CredentialType, Direction, ErrorClass, ErrorCode, FetchOptions,
-    ObjectType, Oid, ProxyOptions, RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult,
+    AutotagOption, CertificateCheckStatus, ConfigLevel, Cred, CredentialType, Direction, ErrorClass, ErrorCode,
+    FetchOptions, Oid, ProxyOptions, RemoteCallbacks, RemoteRedirect, Repository,
 };
 
 use super::error::{FailureKind, SourceError, redact};
 use super::known_hosts::{HostKeyVerdict, KnownHosts};
+use super::snapshot;
 use super::url::RemoteUrl;
 use super::{Credentials, Fetched, Limits, Progress, Reference, Request, Snapshot};
 
@@ -25,6 +26,8 @@ const FETCHED_REF: &str = "refs/cdtarget/fetched";
 
 static INIT: Once = Once::new();
 static IO_TIMEOUT_MS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(30_000);
+/// Set once the global, XDG, system and ProgramData configuration search paths are emptied.
+static ISOLATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Sets libgit2's socket timeouts (connect and every read), which end a stalled transfer where
 /// no progress callback would run. Takes effect only before the first fetch of the process.
@@ -43,8 +46,26 @@ fn init_libgit2() {
         unsafe {
             let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms);
             let _ = git2::opts::set_server_timeout_in_milliseconds(ms);
+            // No configuration but the cache repository's own: a `$HOME/.gitconfig`,
+            // `$XDG_CONFIG_HOME/git/config` or `/etc/gitconfig` (`url.<x>.insteadOf`,
+            // `http.followRedirects`, proxies) must not change where or how a tenant is fetched.
+            let levels = [ConfigLevel::System, ConfigLevel::XDG, ConfigLevel::Global, ConfigLevel::ProgramData];
+            let isolated = levels.into_iter().all(|level| git2::opts::set_search_path(level, "").is_ok());
+            ISOLATED.store(isolated, std::sync::atomic::Ordering::SeqCst);
         }
     });
+}
+
+/// Refuses to fetch when libgit2 could not be cut off from the machine's git configuration.
+fn ensure_isolated() -> Result<(), SourceError> {
+    if ISOLATED.load(std::sync::atomic::Ordering::SeqCst) {
+        Ok(())
+    } else {
+        Err(SourceError::new(
+            FailureKind::Other,
+            "libgit2 could not be kept from reading the global and system git configuration; refusing to fetch",
+        ))
+    }
 }
 
 /// What the callbacks saw, to name the failure precisely afterwards.
@@ -58,6 +79,8 @@ struct Watch<'a> {
     credential_problem: RefCell<Option<String>>,
     host_key: RefCell<Option<HostKeyVerdict>>,
     certificate_problem: RefCell<Option<String>>,
+    /// Where the server redirected to, when credentials were asked for at another origin.
+    redirected_to: RefCell<Option<String>>,
     timed_out: Cell<bool>,
     too_large: Cell<bool>,
 }
@@ -78,6 +101,7 @@ impl<'a> Watch<'a> {
             credential_problem: RefCell::new(None),
             host_key: RefCell::new(None),
             certificate_problem: RefCell::new(None),
+            redirected_to: RefCell::new(None),
             timed_out: Cell::new(false),
             too_large: Cell::new(false),
         }
@@ -93,7 +117,7 @@ impl<'a> Watch<'a> {
 
     fn callbacks<'b>(&'b self, mut progress: Option<&'b mut dyn FnMut(&Progress)>) -> RemoteCallbacks<'b> {
         let mut callbacks = RemoteCallbacks::new();
-        callbacks.credentials(|_url, username, allowed| self.credentials(username, allowed));
+        callbacks.credentials(|url, username, allowed| self.credentials(url, username, allowed));
         callbacks.certificate_check(|cert, host| self.certificate(cert, host));
         callbacks.transfer_progress(move |stats| {
             if stats.received_bytes() as u64 > self.limits.max_fetch_bytes {
@@ -116,11 +140,17 @@ impl<'a> Watch<'a> {
         callbacks
     }
 
-    fn credentials(&self, username: Option<&str>, allowed: CredentialType) -> Result<Cred, git2::Error> {
+    fn credentials(&self, url: &str, username: Option<&str>, allowed: CredentialType) -> Result<Cred, git2::Error> {
         let attempts = self.credential_attempts.get() + 1;
         self.credential_attempts.set(attempts);
         if attempts > MAX_CREDENTIAL_ATTEMPTS || self.expired() {
             return Err(git2::Error::from_str("credentials rejected"));
+        }
+        // libgit2 follows same-host redirects (any port) and asks here for the server it ended
+        // up at: credentials go to the origin of the registration's URL and nowhere else.
+        if matches!(self.remote.scheme.as_str(), "http" | "https") && !same_origin(self.remote, url) {
+            *self.redirected_to.borrow_mut() = Some(origin_of(url));
+            return Err(git2::Error::from_str("redirected to another origin"));
         }
         let refuse = |message: &str| {
             *self.credential_problem.borrow_mut() = Some(message.to_owned());
@@ -176,9 +206,28 @@ impl<'a> Watch<'a> {
 
     /// Names a libgit2 failure from what the callbacks saw, then from libgit2's classification.
     fn failure(&self, error: &git2::Error, doing: &str) -> SourceError {
-        let secrets = self.request.credentials.secrets();
+        let userinfo = super::url::userinfo_secrets(&self.request.url);
+        let secrets: Vec<&str> =
+            self.request.credentials.secrets().into_iter().chain(userinfo.iter().map(String::as_str)).collect();
         let detail = redact(error.message(), &secrets);
         let remote = self.remote.display();
+        if let Some(origin) = self.redirected_to.borrow().as_ref() {
+            return SourceError::new(
+                FailureKind::RedirectRefused,
+                format!(
+                    "{remote} redirected to {origin}; credentials are sent only to the scheme, host and port of the registration's URL, so the fetch stops here (point the URL at where the repository lives)"
+                ),
+            );
+        }
+        // With redirects to other hosts off, libgit2 names the hosts it refused to follow.
+        if detail.starts_with("cannot redirect from") {
+            return SourceError::new(
+                FailureKind::RedirectRefused,
+                format!(
+                    "{remote} answered with a redirect ({detail}); redirects to another host or to plain http are not followed (point the URL at where the repository lives)"
+                ),
+            );
+        }
         if self.too_large.get() {
             return SourceError::new(
                 FailureKind::TooLarge,
@@ -266,6 +315,7 @@ pub fn fetch(
     progress: Option<&mut dyn FnMut(&Progress)>,
 ) -> Result<Fetched, SourceError> {
     init_libgit2();
+    ensure_isolated()?;
     let remote = RemoteUrl::parse(&request.url)?;
     if remote.scheme == "ssh"
         && !matches!(&request.credentials, Credentials::Ssh { known_hosts, .. } if !KnownHosts::parse(known_hosts).is_empty())
@@ -275,33 +325,71 @@ pub fn fetch(
             "ssh:// needs a private key and a known_hosts entry for the server (there is no trust on first use)",
         ));
     }
-    fs::create_dir_all(cache.join("trees")).map_err(|e| io_failure("cannot create the cache", &e))?;
-    let repo = match open_cache(cache) {
-        Ok(repo) => repo,
-        Err(_) => reset_cache(cache)?,
+    fs::create_dir_all(cache.join(TREES)).map_err(|e| io_failure("cannot create the cache", &e))?;
+    remove_leftovers(cache);
+    let (mut repo, mut fresh) = match open_cache(cache) {
+        Ok(repo) => (repo, false),
+        Err(_) => (reset_cache(cache)?, true),
     };
-    match fetch_into(&repo, cache, request, &remote, limits, progress) {
-        Err(e) if e.kind == FailureKind::CorruptCache => {
-            // The cache heals itself: discard it and clone afresh, once.
-            drop(repo);
-            let repo = reset_cache(cache)?;
-            fetch_into(&repo, cache, request, &remote, limits, None)
+    let mut progress = progress;
+    let mut retried = false;
+    loop {
+        let result = fetch_into(&repo, cache, request, &remote, limits, progress.take());
+        match result {
+            // The cache heals itself: discard it and clone afresh, once. A repository over the
+            // budget may only hold history a fresh shallow clone does not need: compact it so.
+            Err(e)
+                if !retried
+                    && (e.kind == FailureKind::CorruptCache || (e.kind == FailureKind::CacheTooLarge && !fresh)) =>
+            {
+                drop(repo);
+                repo = reset_cache(cache)?;
+                fresh = true;
+                retried = true;
+            }
+            Err(e) if e.kind == FailureKind::CacheTooLarge => {
+                // Give the disk back: only the running snapshot stays.
+                drop(repo);
+                let _ = fs::remove_dir_all(cache.join(REPOSITORY));
+                return Err(e);
+            }
+            other => return other,
         }
-        other => other,
     }
 }
 
+/// The bare repository inside a registration's cache directory.
+const REPOSITORY: &str = "repo.git";
+/// The directory of the snapshots inside a registration's cache directory.
+const TREES: &str = "trees";
+/// Suffix of a snapshot being written.
+const PARTIAL: &str = ".partial";
+/// Suffix of a snapshot being removed.
+const STALE: &str = ".stale";
+
 fn open_cache(cache: &Path) -> Result<Repository, git2::Error> {
-    let path = cache.join("repo.git");
-    if path.exists() { Repository::open_bare(&path) } else { Repository::init_bare(&path) }
+    let path = cache.join(REPOSITORY);
+    let repo = if path.exists() { Repository::open_bare(&path)? } else { Repository::init_bare(&path)? };
+    isolate(&repo)?;
+    Ok(repo)
 }
 
 fn reset_cache(cache: &Path) -> Result<Repository, SourceError> {
-    let path = cache.join("repo.git");
+    let path = cache.join(REPOSITORY);
     let _ = fs::remove_dir_all(&path);
-    Repository::init_bare(&path).map_err(|e| {
+    Repository::init_bare(&path).and_then(|repo| isolate(&repo).map(|()| repo)).map_err(|e| {
         SourceError::new(FailureKind::Other, format!("cannot create the cache repository: {}", e.message()))
     })
+}
+
+/// Settings of the cache repository itself. `ls-remote` (`connect_auth`) takes no redirect
+/// option and reads `http.followRedirects`, whose default follows the first request to any host.
+fn isolate(repo: &Repository) -> Result<(), git2::Error> {
+    let mut config = repo.config()?.open_level(ConfigLevel::Local)?;
+    if config.get_bool("http.followRedirects").ok() != Some(false) {
+        config.set_bool("http.followRedirects", false)?;
+    }
+    Ok(())
 }
 
 fn fetch_into(
@@ -362,7 +450,9 @@ fn fetch_into(
     let fetched = remote.fetch(&refspecs, Some(&mut options), None);
     let fetched = match (fetched, &request.reference) {
         // Servers that refuse unadvertised objects: fetch every branch and tag and look the commit up.
-        (Err(_), Reference::Commit(_)) if !watch.timed_out.get() && !watch.too_large.get() => {
+        (Err(_), Reference::Commit(_))
+            if !watch.timed_out.get() && !watch.too_large.get() && watch.redirected_to.borrow().is_none() =>
+        {
             let all = ["+refs/heads/*:refs/cdtarget/heads/*", "+refs/tags/*:refs/cdtarget/tags/*"];
             let mut options = fetch_options(&watch, None, false);
             remote.fetch(&all, Some(&mut options), None)
@@ -399,6 +489,9 @@ fn fetch_options<'b>(
     options.download_tags(AutotagOption::None);
     options.update_fetchhead(false);
     options.proxy_options(proxy());
+    // libgit2 still follows a redirect on the same host; the credentials callback refuses any
+    // other origin, port included.
+    options.follow_redirects(RemoteRedirect::None);
     if shallow {
         options.depth(1);
     }
@@ -409,6 +502,16 @@ fn proxy() -> ProxyOptions<'static> {
     let mut proxy = ProxyOptions::new();
     proxy.auto();
     proxy
+}
+
+fn same_origin(remote: &RemoteUrl, url: &str) -> bool {
+    RemoteUrl::parse(url).is_ok_and(|asked| remote.same_origin(&asked))
+}
+
+/// Where a server sent us, for a message: the server chose it, so escaped and bounded.
+fn origin_of(url: &str) -> String {
+    let origin = RemoteUrl::parse(url).map_or_else(|_| "another origin".to_owned(), |asked| asked.origin());
+    origin.escape_debug().take(200).collect()
 }
 
 /// The commit a ref points to, peeling annotated tags.
@@ -423,101 +526,118 @@ fn find_ref(heads: &[git2::RemoteHead<'_>], reference: &Reference) -> Option<Oid
 }
 
 fn tree_dir(cache: &Path, oid: Oid) -> PathBuf {
-    cache.join("trees").join(oid.to_string())
+    cache.join(TREES).join(oid.to_string())
 }
 
 fn existing_snapshot(cache: &Path, oid: Oid) -> Option<Snapshot> {
     let dir = tree_dir(cache, oid);
-    dir.is_dir().then(|| Snapshot { revision: oid.to_string(), root: dir })
+    let found = fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+    found.then(|| {
+        // Snapshots an older version kept beside the current one are not needed any more.
+        prune_snapshots(cache, oid);
+        Snapshot { revision: oid.to_string(), root: dir }
+    })
 }
 
-/// Writes the commit's tree beside the previous snapshot, which stays until the new one is whole.
+/// Writes the commit's tree beside the running snapshot, which stays until the new one is whole
+/// and in place; only then is the running one removed. Within the cache budget or not at all.
 fn write_snapshot(
     repo: &Repository,
     cache: &Path,
     commit: &git2::Commit<'_>,
     limits: &Limits,
 ) -> Result<Snapshot, SourceError> {
-    let final_dir = tree_dir(cache, commit.id());
-    let partial = cache.join("trees").join(format!("{}.partial", commit.id()));
-    let _ = fs::remove_dir_all(&partial);
-    fs::create_dir_all(&partial).map_err(|e| io_failure("cannot write the snapshot", &e))?;
-    let tree = commit.tree().map_err(|e| corrupt(&e))?;
-    if let Err(e) = write_tree(repo, &tree, &partial, limits) {
-        let _ = fs::remove_dir_all(&partial);
-        return Err(e);
+    let at_commit = |e: SourceError| SourceError::new(e.kind, format!("commit {}: {}", commit.id(), e.message));
+    let (size, _) = repo.odb().and_then(|odb| odb.read_header(commit.tree_id())).map_err(|e| corrupt(&e))?;
+    snapshot::check_tree_object_size(size as u64, limits, "").map_err(at_commit)?;
+    let tree = commit
+        .tree()
+        .map_err(|e| match e.code() {
+            ErrorCode::NotFound => corrupt(&e),
+            // A root tree that does not parse is the pushed commit's fault, not the cache's.
+            _ => SourceError::new(
+                FailureKind::UnsafeTree,
+                format!("its root tree cannot be read as a Git object: {}", e.message()),
+            ),
+        })
+        .map_err(at_commit)?;
+    let plan = snapshot::plan(repo, &tree, limits).map_err(at_commit)?;
+    let repository = disk_usage(&cache.join(REPOSITORY));
+    let running = disk_usage(&cache.join(TREES));
+    let total = repository.saturating_add(running).saturating_add(plan.bytes);
+    if total > limits.max_cache_bytes {
+        return Err(SourceError::new(
+            FailureKind::CacheTooLarge,
+            format!(
+                "the cache of this registration would hold {total} bytes (repository {repository}, running snapshot {running}, commit {} {}), over its budget of {} bytes",
+                commit.id(),
+                plan.bytes,
+                limits.max_cache_bytes
+            ),
+        ));
     }
-    fs::rename(&partial, &final_dir).map_err(|e| io_failure("cannot move the snapshot into place", &e))?;
+    let final_dir = tree_dir(cache, commit.id());
+    let partial = cache.join(TREES).join(format!("{}{PARTIAL}", commit.id()));
+    let _ = fs::remove_dir_all(&partial);
+    if let Err(e) = snapshot::write_plan(repo, &plan, &partial) {
+        let _ = fs::remove_dir_all(&partial);
+        return Err(at_commit(e));
+    }
+    if let Err(e) = fs::rename(&partial, &final_dir) {
+        let _ = fs::remove_dir_all(&partial);
+        return Err(io_failure("cannot move the snapshot into place", &e));
+    }
     prune_snapshots(cache, commit.id());
     Ok(Snapshot { revision: commit.id().to_string(), root: final_dir })
 }
 
-/// Keeps the new snapshot and the one before it (a reader may still be on it).
+/// Removes every snapshot but `current`. Each is first renamed (atomically) out of the names a
+/// poll looks up, so an interrupted removal never leaves a half-deleted tree that looks whole.
 fn prune_snapshots(cache: &Path, current: Oid) {
-    let Ok(entries) = fs::read_dir(cache.join("trees")) else { return };
-    let mut others: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name() != current.to_string().as_str())
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    others.sort();
-    others.pop();
-    for (_, path) in others {
-        let _ = fs::remove_dir_all(path);
+    let trees = cache.join(TREES);
+    let Ok(entries) = fs::read_dir(&trees) else { return };
+    let current = current.to_string();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == current || name.ends_with(PARTIAL) {
+            continue;
+        }
+        let doomed = if name.ends_with(STALE) { entry.path() } else { trees.join(format!("{name}{STALE}")) };
+        if doomed == entry.path() || fs::rename(entry.path(), &doomed).is_ok() {
+            let _ = fs::remove_dir_all(&doomed);
+        }
     }
 }
 
-/// Writes files, directories and symlinks (as links: the loader decides about them). Submodules
-/// are not fetched; nothing is executed; names that could escape the directory are refused.
-fn write_tree(repo: &Repository, tree: &git2::Tree<'_>, dir: &Path, limits: &Limits) -> Result<(), SourceError> {
+/// Removes what an interrupted poll left: snapshots half-written or half-removed.
+fn remove_leftovers(cache: &Path) {
+    let Ok(entries) = fs::read_dir(cache.join(TREES)) else { return };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(PARTIAL) || name.ends_with(STALE) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Apparent bytes of the files and symlinks under `dir` (as the snapshot plan counts them),
+/// never following a link.
+fn disk_usage(dir: &Path) -> u64 {
     let mut total: u64 = 0;
-    let mut failure = None;
-    let walked = tree.walk(TreeWalkMode::PreOrder, |parent, entry| {
-        let Some(name) =
-            entry.name().ok().filter(|n| !n.is_empty() && *n != "." && *n != ".." && *n != ".git" && !n.contains('/'))
-        else {
-            failure = Some(SourceError::new(
-                FailureKind::InvalidRequest,
-                format!("the tree holds an unsafe name {:?}", entry.name()),
-            ));
-            return TreeWalkResult::Abort;
-        };
-        let path = dir.join(parent).join(name);
-        let written = match entry.kind() {
-            Some(ObjectType::Tree) => {
-                fs::create_dir_all(&path).map_err(|e| io_failure("cannot write the snapshot", &e))
-            }
-            Some(ObjectType::Blob) => repo.find_blob(entry.id()).map_err(|e| corrupt(&e)).and_then(|blob| {
-                total += blob.size() as u64;
-                if total > limits.max_tree_bytes {
-                    return Err(SourceError::new(
-                        FailureKind::TooLarge,
-                        format!("the checked-out tree exceeds the limit of {} bytes", limits.max_tree_bytes),
-                    ));
-                }
-                if entry.filemode() == 0o120000 {
-                    let target = String::from_utf8_lossy(blob.content()).into_owned();
-                    std::os::unix::fs::symlink(target, &path).map_err(|e| io_failure("cannot write the snapshot", &e))
-                } else {
-                    fs::write(&path, blob.content()).map_err(|e| io_failure("cannot write the snapshot", &e))
-                }
-            }),
-            // Submodule commits and anything else are not part of the snapshot.
-            _ => Ok(()),
-        };
-        match written {
-            Ok(()) => TreeWalkResult::Ok,
-            Err(e) => {
-                failure = Some(e);
-                TreeWalkResult::Abort
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for entry in entries.filter_map(Result::ok) {
+            let Ok(file_type) = entry.file_type() else { continue };
+            if file_type.is_dir() {
+                pending.push(entry.path());
+            } else if let Ok(metadata) = entry.metadata() {
+                total = total.saturating_add(metadata.len());
             }
         }
-    });
-    match (failure, walked) {
-        (Some(e), _) => Err(e),
-        (None, Err(e)) => Err(corrupt(&e)),
-        (None, Ok(())) => Ok(()),
     }
+    total
 }
 
 fn corrupt(error: &git2::Error) -> SourceError {

@@ -2,23 +2,26 @@
 //! the tree — cheaply when nothing changed.
 //!
 //! Per registration there is one cache directory holding a bare repository (`repo.git`) and the
-//! checked-out snapshots (`trees/<sha>`). A poll first asks the remote where the ref points (one
+//! running snapshot (`trees/<sha>`). A poll first asks the remote where the ref points (one
 //! round trip); when a snapshot of that commit exists, nothing is fetched and nothing is written.
-//! Otherwise the commit is fetched shallow (depth 1, except over `file://`), its tree is written
-//! beside the previous snapshot and moved into place once whole — a failed fetch never touches
-//! the last good snapshot.
+//! Otherwise the commit is fetched shallow (depth 1, except over `file://`), its tree is checked
+//! whole and written beside the running snapshot ([`snapshot`]), moved into place once whole, and
+//! only then is the previous snapshot removed — a failed fetch never touches the last good one.
+//! [`Limits`] bound each fetch and the disk each registration may use.
 
 pub mod error;
 mod git;
 pub mod known_hosts;
+pub mod snapshot;
 mod tls;
 pub mod url;
 
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use tokio::sync::Semaphore;
 
 pub use error::{FailureClass, FailureKind, SourceError};
@@ -124,20 +127,37 @@ pub struct Request {
     pub ca_bundle: Option<String>,
 }
 
-/// Bounds on one fetch.
+/// Bounds on one fetch and on what a registration keeps on disk.
+///
+/// The defaults keep `max_fetch_bytes + 2 × max_tree_bytes` (a repository, the running snapshot
+/// and the one being written) within `max_cache_bytes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// The whole operation, including connecting; stalled sockets are cut by [`set_io_timeout`].
     pub timeout: Duration,
-    /// Bytes received from the server.
+    /// Bytes received from the server in one fetch (the pack).
     pub max_fetch_bytes: u64,
-    /// Bytes of all files in the checked-out tree.
+    /// Bytes of all files (and symlink targets) in the checked-out tree.
     pub max_tree_bytes: u64,
+    /// Bytes of one file of the checked-out tree (a blob is held in memory while written).
+    pub max_file_bytes: u64,
+    /// Entries (files, directories, symlinks) of the checked-out tree: inodes are disk too.
+    pub max_tree_entries: u64,
+    /// Bytes of a registration's whole cache directory: the repository, the running snapshot and
+    /// the one being written.
+    pub max_cache_bytes: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { timeout: Duration::from_secs(60), max_fetch_bytes: 256 << 20, max_tree_bytes: 512 << 20 }
+        Limits {
+            timeout: Duration::from_secs(60),
+            max_fetch_bytes: 256 << 20,
+            max_tree_bytes: 256 << 20,
+            max_file_bytes: 64 << 20,
+            max_tree_entries: 100_000,
+            max_cache_bytes: 1 << 30,
+        }
     }
 }
 
@@ -151,26 +171,78 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The directory `path` inside the snapshot (the registration's `spec.path`), refusing paths
-    /// that leave it.
+    /// The directory `path` inside the snapshot (the registration's `spec.path`). Every component
+    /// is checked on disk without following anything: `..`, absolute paths, symlinks and
+    /// anything but a directory are refused with an error naming the component.
     pub fn dir(&self, path: Option<&str>) -> Result<PathBuf, SourceError> {
         let Some(path) = path.filter(|p| !p.is_empty()) else { return Ok(self.root.clone()) };
-        let relative = Path::new(path);
-        if relative.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-            return Err(SourceError::new(
+        let components = path_components(path).map_err(|why| {
+            SourceError::new(FailureKind::InvalidRequest, format!("path `{}` {why}", shown_path(path)))
+        })?;
+        let not_a_directory = |why: String| {
+            SourceError::new(
                 FailureKind::InvalidRequest,
-                format!("path `{path}` must stay inside the repository (no `..`, not absolute)"),
-            ));
+                format!("path `{path}` is not a directory at revision {}: {why}", self.revision),
+            )
+        };
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut dir = rustix::fs::openat(rustix::fs::CWD, &self.root, flags, Mode::empty())
+            .map_err(|e| not_a_directory(format!("the snapshot cannot be opened ({})", std::io::Error::from(e))))?;
+        for (index, component) in components.iter().enumerate() {
+            let so_far = components[..=index].join("/");
+            let stat = rustix::fs::statat(&dir, *component, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|_| not_a_directory(format!("`{so_far}` does not exist")))?;
+            match FileType::from_raw_mode(stat.st_mode) {
+                FileType::Directory => {}
+                FileType::Symlink => {
+                    return Err(SourceError::new(
+                        FailureKind::InvalidRequest,
+                        format!(
+                            "path `{path}`: `{so_far}` is a symlink at revision {}; the path must name directories of the repository, links are not followed",
+                            self.revision
+                        ),
+                    ));
+                }
+                _ => return Err(not_a_directory(format!("`{so_far}` is a file"))),
+            }
+            // Opened without following: a link swapped in after the check fails here.
+            dir = rustix::fs::openat(&dir, *component, flags, Mode::empty())
+                .map_err(|e| not_a_directory(format!("`{so_far}` cannot be opened ({})", std::io::Error::from(e))))?;
         }
-        let dir = self.root.join(relative);
-        if dir.is_dir() {
-            Ok(dir)
-        } else {
-            Err(SourceError::new(
-                FailureKind::InvalidRequest,
-                format!("path `{path}` is not a directory at revision {}", self.revision),
-            ))
+        Ok(self.root.join(components.join("/")))
+    }
+}
+
+/// The components of a relative path inside a snapshot (`.` and empty components dropped), or
+/// why it cannot be one.
+pub fn path_components(path: &str) -> Result<Vec<&str>, &'static str> {
+    if path.len() > snapshot::MAX_PATH_BYTES {
+        return Err("is longer than 1024 bytes");
+    }
+    if path.starts_with('/') {
+        return Err("must be relative to the repository root, not absolute");
+    }
+    if path.contains('\0') {
+        return Err("holds a NUL byte");
+    }
+    let mut components = Vec::new();
+    for component in path.split('/') {
+        match component {
+            "" | "." => {}
+            ".." => return Err("must stay inside the repository (no `..`)"),
+            _ if component.chars().any(char::is_control) => return Err("holds a control character"),
+            _ => components.push(component),
         }
+    }
+    Ok(components)
+}
+
+/// A path for messages, escaped and bounded.
+fn shown_path(path: &str) -> String {
+    let escaped: String = path.escape_debug().collect();
+    match escaped.char_indices().nth(200) {
+        Some((end, _)) => format!("{}…", &escaped[..end]),
+        None => escaped,
     }
 }
 

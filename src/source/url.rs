@@ -66,6 +66,60 @@ impl RemoteUrl {
     pub fn display(&self) -> String {
         redact_userinfo(&self.url)
     }
+
+    /// `scheme://host:port`, for messages about where a server sent us.
+    pub fn origin(&self) -> String {
+        if self.host.contains(':') {
+            format!("{}://[{}]:{}", self.scheme, self.host, self.port)
+        } else {
+            format!("{}://{}:{}", self.scheme, self.host, self.port)
+        }
+    }
+
+    /// Whether `other` has the same scheme, host (ignoring case) and port: the origin that
+    /// credentials belong to.
+    pub fn same_origin(&self, other: &RemoteUrl) -> bool {
+        self.scheme.eq_ignore_ascii_case(&other.scheme)
+            && self.host.eq_ignore_ascii_case(&other.host)
+            && self.port == other.port
+    }
+}
+
+/// The secret parts of a URL's userinfo (`user:password@`), raw and percent-decoded, so that no
+/// message can carry them even where a library quotes the URL in its own way.
+pub fn userinfo_secrets(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else { return Vec::new() };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some((userinfo, _)) = authority.rsplit_once('@') else { return Vec::new() };
+    let mut secrets = vec![userinfo.to_owned()];
+    for part in userinfo.split(':') {
+        secrets.push(part.to_owned());
+        secrets.push(percent_decoded(part));
+    }
+    secrets.retain(|s| !s.is_empty());
+    secrets.sort();
+    secrets.dedup();
+    secrets
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -86,6 +140,26 @@ mod tests {
         assert_eq!(RemoteUrl::parse("https://gitlab.example.com/a/b.git").unwrap().port, 443);
         let v6 = RemoteUrl::parse("git://[::1]:9000/x").unwrap();
         assert_eq!((v6.host.as_str(), v6.port), ("::1", 9000));
+    }
+
+    #[test]
+    fn origins_differ_by_scheme_host_or_port() {
+        let origin = RemoteUrl::parse("https://GitLab.example.com/a/b.git").unwrap();
+        assert!(origin.same_origin(&RemoteUrl::parse("https://gitlab.example.com:443/c.git").unwrap()));
+        assert!(!origin.same_origin(&RemoteUrl::parse("https://gitlab.example.com:8443/a/b.git").unwrap()));
+        assert!(!origin.same_origin(&RemoteUrl::parse("http://gitlab.example.com/a/b.git").unwrap()));
+        assert!(!origin.same_origin(&RemoteUrl::parse("https://evil.example.com/a/b.git").unwrap()));
+        assert_eq!(origin.origin(), "https://GitLab.example.com:443");
+    }
+
+    #[test]
+    fn userinfo_secrets_cover_raw_and_decoded_forms() {
+        let secrets = userinfo_secrets("https://oauth2:glpat%2Dsecret@host/x?y=a@b");
+        assert!(secrets.contains(&"oauth2:glpat%2Dsecret".to_owned()), "{secrets:?}");
+        assert!(secrets.contains(&"glpat%2Dsecret".to_owned()), "{secrets:?}");
+        assert!(secrets.contains(&"glpat-secret".to_owned()), "{secrets:?}");
+        assert!(userinfo_secrets("https://host/x").is_empty());
+        assert!(userinfo_secrets("not a url").is_empty());
     }
 
     #[test]

@@ -4,8 +4,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod budgets;
 mod cli;
 mod failures;
+mod hostile_trees;
+mod isolation;
+mod reader;
 mod transports;
 
 use std::path::{Path, PathBuf};

@@ -77,7 +77,7 @@ fn git_daemon_clone_noop_refetch_and_new_commit() {
     let updated = fetch_updated(cache.path(), &request);
     assert_eq!(updated.revision, second);
     assert_ne!(updated.root, first.root);
-    assert!(first.root.exists(), "the previous snapshot is kept for readers still on it");
+    assert!(!first.root.exists(), "only the running snapshot is kept (a reconcile reads the one it fetched)");
 }
 
 #[test]
