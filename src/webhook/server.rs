@@ -22,8 +22,9 @@
 //! | trigger | `503` when this replica does not lead; else `202 accepted` |
 //!
 //! Connections are served by hyper's HTTP/1 builder with a header read timeout (a client that
-//! dribbles its headers, or idles on a kept-alive connection, is cut) and at most
-//! [`Limits::max_connections`] at once; a `TimeoutLayer` bounds every request as a safety net.
+//! dribbles its headers, or idles on a kept-alive connection, is cut), a bounded head
+//! ([`Limits::max_head_bytes`], `431` past it) and at most [`Limits::max_connections`] at once; a
+//! `TimeoutLayer` bounds every request as a safety net.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -71,6 +72,10 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Time allowed for a request's headers, and for an idle kept-alive connection.
     pub header_timeout: Duration,
+    /// Largest request head (request line and headers) a connection buffers, at least 8 KiB; a
+    /// larger one is answered 431 (hyper checks between reads, so up to twice this is buffered). With [`Limits::max_connections`] it bounds what anonymous
+    /// clients can make the receiver hold before any check runs.
+    pub max_head_bytes: usize,
     /// Connections served at once; more are closed on arrival.
     pub max_connections: usize,
     /// Body reads of all registrations together: requests that found their registration and
@@ -109,6 +114,8 @@ impl Default for Limits {
             // GitLab gives up after 10 s.
             request_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(5),
+            // hyper's default is ~400 KB; a Git host's head is 1-2 KB.
+            max_head_bytes: 64 * 1024,
             max_connections: 1024,
             global_rate: Some(Rate::new(100.0, 200)),
             registration_rate: Some(Rate::new(1.0, 20)),
@@ -563,10 +570,12 @@ pub async fn serve(
         let service = TowerToHyperService::new(app.clone());
         let mut closing = closing_rx.clone();
         let header_timeout = limits.header_timeout;
+        // hyper refuses (panics on) a read buffer below 8 KiB.
+        let max_head_bytes = limits.max_head_bytes.max(8 * 1024);
         connections.spawn(async move {
             let _permit = permit;
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(max_head_bytes);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
             tokio::select! {

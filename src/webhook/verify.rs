@@ -463,6 +463,34 @@ mod tests {
     }
 
     #[test]
+    fn header_checks_refuse_a_wrong_token_and_malformed_signatures_without_a_body() {
+        let now = |pairs: &[(&'static str, &str)], kind, secrets: &Secrets| {
+            verify_headers(kind, &headers(pairs), secrets, NOW, DEFAULT_TIMESTAMP_TOLERANCE)
+        };
+        let plain = Secrets::new("tok", None);
+        assert_eq!(now(&[(GITLAB_TOKEN, "guess")], WebhookType::Gitlab, &plain), Err(Rejection::TokenMismatch));
+        assert_eq!(now(&[(GITLAB_TOKEN, "tok")], WebhookType::Gitlab, &plain), Ok(Pending::Nothing));
+        for (kind, name) in [(WebhookType::Github, GITHUB_SIGNATURE), (WebhookType::GenericHmac, GENERIC_SIGNATURE)] {
+            assert_eq!(now(&[(name, "sha256=00")], kind, &plain), Err(Rejection::MalformedHeader(name)));
+            let forged = hex_signature(b"not the token", BODY);
+            let pending = now(&[(name, &forged)], kind, &plain).unwrap();
+            assert!(pending.needs_body(), "only the body can tell a forged HMAC");
+            assert_eq!(verify_body(&pending, BODY, &plain), Err(Rejection::SignatureMismatch(name)));
+        }
+        // Standard Webhooks: a v1 entry that is not 32 bytes of base64 cannot match any body.
+        let secrets = signed("tok");
+        let timestamp = NOW.to_string();
+        let short = STANDARD.encode([0u8; 16]);
+        let pairs = [
+            (GITLAB_TOKEN, "tok"),
+            (WEBHOOK_ID, "id"),
+            (WEBHOOK_TIMESTAMP, timestamp.as_str()),
+            (WEBHOOK_SIGNATURE, &format!("v1,{short} v1,***")),
+        ];
+        assert_eq!(now(&pairs, WebhookType::Gitlab, &secrets), Err(Rejection::SignatureMismatch(WEBHOOK_SIGNATURE)));
+    }
+
+    #[test]
     fn generic_needs_nothing_but_the_path() {
         assert_eq!(check(WebhookType::Generic, &[], &Secrets::new("tok", None)), Ok(Verified::default()));
     }

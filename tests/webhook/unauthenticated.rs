@@ -322,3 +322,20 @@ async fn trickling_body_is_cut_at_the_timeout_and_gives_its_budget_back() {
     assert_eq!(receiver.send(&path, &Delivery::push(Kind::Gitlab, MAIN)).await.status, 202);
     receiver.stop().await;
 }
+
+#[tokio::test]
+async fn oversized_request_head_is_431_before_any_lookup() {
+    let receiver = TestReceiver::start_with(patient(test_limits())).await;
+    let path = receiver.register(Kind::Gitlab, "repo", None);
+    // 256 KiB of headers, past the 64 KiB limit (hyper checks it between reads, so a head may
+    // reach up to twice the limit before it is cut): to a served path or not.
+    let padding = "x".repeat(256 * 1024);
+    for target in [path.as_str(), "/hook/unknown"] {
+        let headers = [("X-Gitlab-Token", TOKEN), ("X-Padding", padding.as_str())];
+        let mut raw = Raw::send(receiver.address, head(target, &headers, 0).as_bytes()).await;
+        let answer = raw.answer().await;
+        assert!(answer.starts_with("HTTP/1.1 431 "), "{target}: {answer}");
+    }
+    assert!(receiver.fires().is_empty());
+    receiver.stop().await;
+}
