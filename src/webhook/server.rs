@@ -73,8 +73,9 @@ pub struct Limits {
     /// Time allowed for a request's headers, and for an idle kept-alive connection.
     pub header_timeout: Duration,
     /// Largest request head (request line and headers) a connection buffers, at least 8 KiB; a
-    /// larger one is answered 431 (hyper checks between reads, so up to twice this is buffered). With [`Limits::max_connections`] it bounds what anonymous
-    /// clients can make the receiver hold before any check runs.
+    /// larger one is answered 431 (hyper checks between reads, so up to twice this is buffered).
+    /// With [`Limits::max_connections`] it bounds what anonymous clients can make the receiver
+    /// hold before any check runs.
     pub max_head_bytes: usize,
     /// Connections served at once; more are closed on arrival.
     pub max_connections: usize,

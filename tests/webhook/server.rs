@@ -28,7 +28,8 @@ async fn timeout_of_a_slow_body_is_408() {
     // Announces 100 bytes, sends 10, then stalls. (The event header is there since the event is
     // checked before the body is read.)
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: receiver\r\nX-Gitlab-Token: {}\r\nX-Gitlab-Event: Push Hook\r\nContent-Length: 100\r\n\r\n{{\"ref\": \"r",
+        "POST {path} HTTP/1.1\r\nHost: receiver\r\nX-Gitlab-Token: {}\r\nX-Gitlab-Event: Push Hook\r\n\
+         Content-Length: 100\r\n\r\n{{\"ref\": \"r",
         crate::support::TOKEN
     );
     let response = exchange(receiver.address, request.as_bytes()).await;
