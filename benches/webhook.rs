@@ -15,12 +15,14 @@
 //!    and triggers. Prints both request rates and their ratio.
 //! 2. **Valid triggers under a flood.** One `wrk` connection sends valid deliveries (as above)
 //!    alone, then again while a second `wrk` floods the same path with deliveries carrying a
-//!    wrong token (401); prints the valid deliveries' p50/p99 latency in both runs.
+//!    wrong token (401, answered from the headers: their bodies are never read); prints the
+//!    valid deliveries' p50/p99 latency in both runs.
 //!
-//! The rate limits are off in both parts (they would answer 429 and measure the limiter instead);
-//! the trigger is a counter (no controller runs). Both servers run on this process's tokio
-//! runtime (one worker per core); `wrk` runs beside them on the same cores. Nothing is asserted:
-//! the numbers and the goal (receiver ≥ 50% of the bare handler) are printed.
+//! The rate limits (global, per registration, body reads) are off in both parts (they would
+//! answer 429 and measure the limiter instead); the trigger is a counter (no controller runs).
+//! Both servers run on this process's tokio runtime (one worker per core); `wrk` runs beside them
+//! on the same cores. Nothing is asserted: the numbers and the goal (receiver ≥ 50% of the bare
+//! handler) are printed.
 
 use std::io::Write as _;
 use std::process::Command;
@@ -206,7 +208,8 @@ fn main() {
 
         let index = Arc::new(Index::default());
         index.upsert(registration());
-        let limits = Limits { global_rate: None, registration_rate: None, ..Limits::default() };
+        let limits =
+            Limits { global_rate: None, registration_rate: None, registration_read_rate: None, ..Limits::default() };
         let receiver = Receiver::new(index, limits, WebhookMetrics::default());
         let fired = Arc::new(Counter::default());
         receiver.set_trigger(Some(fired.clone()));

@@ -94,14 +94,24 @@ pub struct Args {
     /// interface).
     #[arg(long, env = "CDTARGET_WEBHOOK_ADDR", default_value = ":9292", value_name = "ADDRESS")]
     pub webhook_addr: String,
-    /// Webhook requests per second accepted from everyone together (twice as many in a burst);
-    /// more are answered 429. 0 disables the limit.
+    /// Webhook body reads per second from everyone together (twice as many in a burst): requests
+    /// that found their registration and passed the header checks; more are answered 429. 0
+    /// disables the limit.
     #[arg(long, env = "CDTARGET_WEBHOOK_GLOBAL_RATE", default_value_t = 100, value_name = "PER_SECOND")]
     pub webhook_global_rate: u32,
     /// Verified webhook deliveries per minute accepted for one registration (20 in a burst);
     /// more are answered 429. 0 disables the limit.
     #[arg(long, env = "CDTARGET_WEBHOOK_REGISTRATION_RATE", default_value_t = 60, value_name = "PER_MINUTE")]
     pub webhook_registration_rate: u32,
+    /// Webhook body reads per second for one registration, verified or not (ten times as many in
+    /// a burst); taken before the global limit. 0 disables the limit.
+    #[arg(long, env = "CDTARGET_WEBHOOK_REGISTRATION_READ_RATE", default_value_t = 5, value_name = "PER_SECOND")]
+    pub webhook_registration_read_rate: u32,
+    /// MiB that webhook bodies being read may hold at once (a quarter of it per registration,
+    /// at least one body of 3 MiB); more are answered 503 unread.
+    #[arg(long, env = "CDTARGET_WEBHOOK_IN_FLIGHT_MIB", default_value_t = 32, value_name = "MIB",
+          value_parser = clap::value_parser!(u32).range(3..))]
+    pub webhook_in_flight_mib: u32,
     /// Log format.
     #[arg(long, env = "CDTARGET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -290,10 +300,16 @@ pub async fn run(args: Args) -> Result<(), RunError> {
 fn webhook_limits(args: &Args) -> webhook::Limits {
     let global = args.webhook_global_rate;
     let registration = args.webhook_registration_rate;
+    let reads = args.webhook_registration_read_rate;
+    let defaults = webhook::Limits::default();
+    let in_flight = args.webhook_in_flight_mib as usize * 1024 * 1024;
     webhook::Limits {
         global_rate: (global > 0).then(|| webhook::Rate::new(f64::from(global), global.saturating_mul(2))),
         registration_rate: (registration > 0).then(|| webhook::Rate::new(f64::from(registration) / 60.0, 20)),
-        ..webhook::Limits::default()
+        registration_read_rate: (reads > 0).then(|| webhook::Rate::new(f64::from(reads), reads.saturating_mul(10))),
+        in_flight_bytes: in_flight,
+        registration_in_flight_bytes: (in_flight / 4).max(defaults.max_body_bytes),
+        ..defaults
     }
 }
 

@@ -149,6 +149,24 @@ pub fn event_header(kind: WebhookType) -> &'static str {
     }
 }
 
+/// The event half of [`decide`], which needs no body: `Ok(None)` when the event header names one
+/// of `events` (or `events` is empty), `Ok(Some(_))` when the delivery is to be ignored. The
+/// receiver asks this before it reads a body, so an event nobody syncs on costs no body read.
+pub fn event_ignored(kind: WebhookType, headers: &HeaderMap, events: &[String]) -> Result<Option<Ignored>, BadRequest> {
+    if events.is_empty() {
+        return Ok(None);
+    }
+    let name = event_header(kind);
+    let event = headers.get(name).ok_or(BadRequest::MissingEvent(name))?;
+    let event = String::from_utf8_lossy(event.as_bytes());
+    let event = event.trim();
+    if events.iter().any(|e| e.trim().eq_ignore_ascii_case(event)) {
+        Ok(None)
+    } else {
+        Ok(Some(Ignored::Event(shown(event))))
+    }
+}
+
 /// Decides what a verified delivery does (see the module documentation). `events` are the
 /// registration's [`effective_events`].
 pub fn decide(
@@ -158,14 +176,8 @@ pub fn decide(
     events: &[String],
     tracked: &Tracked,
 ) -> Result<Decision, BadRequest> {
-    if !events.is_empty() {
-        let name = event_header(kind);
-        let event = headers.get(name).ok_or(BadRequest::MissingEvent(name))?;
-        let event = String::from_utf8_lossy(event.as_bytes());
-        let event = event.trim();
-        if !events.iter().any(|e| e.trim().eq_ignore_ascii_case(event)) {
-            return Ok(Decision::Ignore(Ignored::Event(shown(event))));
-        }
+    if let Some(ignored) = event_ignored(kind, headers, events)? {
+        return Ok(Decision::Ignore(ignored));
     }
     let generic = matches!(kind, WebhookType::Generic | WebhookType::GenericHmac);
     if body.iter().all(u8::is_ascii_whitespace) {

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::watch;
 
+use super::budget::InFlight;
 use super::filter::{Tracked, effective_events};
 use super::rate::{Bucket, Rate};
 use super::verify::{Secrets, SigningKey, parse_signing_secret};
@@ -119,20 +120,43 @@ pub fn digest(token: &str, name: &str, namespace: &str) -> [u8; 32] {
     Sha256::new().chain_update(token).chain_update(name).chain_update(namespace).finalize().into()
 }
 
-/// A registration in the index, with its rate-limit bucket.
+/// A registration in the index, with its own budgets: the bucket of verified deliveries, the
+/// bucket of body reads, and the bytes of its bodies in flight.
 #[derive(Debug)]
 pub struct Slot {
     /// The registration.
     pub registration: Registration,
     bucket: Mutex<Option<Bucket>>,
+    reads: Mutex<Option<Bucket>>,
+    in_flight: Arc<InFlight>,
 }
 
 impl Slot {
-    /// Takes one token of this registration's bucket (created full on first use).
-    pub fn take(&self, rate: Rate, now: Instant) -> Result<(), std::time::Duration> {
-        let mut bucket = self.bucket.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        bucket.get_or_insert_with(|| Bucket::new(rate, now)).take(now)
+    fn new(registration: Registration) -> Self {
+        Slot { registration, bucket: Mutex::default(), reads: Mutex::default(), in_flight: Arc::default() }
     }
+
+    /// Takes one token of this registration's bucket of verified deliveries (created full on
+    /// first use).
+    pub fn take(&self, rate: Rate, now: Instant) -> Result<(), std::time::Duration> {
+        take(&self.bucket, rate, now)
+    }
+
+    /// Takes one token of this registration's bucket of body reads (created full on first use):
+    /// every request that passed the header checks pays one, verified or not.
+    pub fn take_read(&self, rate: Rate, now: Instant) -> Result<(), std::time::Duration> {
+        take(&self.reads, rate, now)
+    }
+
+    /// This registration's bodies in flight.
+    pub fn in_flight(&self) -> &Arc<InFlight> {
+        &self.in_flight
+    }
+}
+
+fn take(bucket: &Mutex<Option<Bucket>>, rate: Rate, now: Instant) -> Result<(), std::time::Duration> {
+    let mut bucket = bucket.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    bucket.get_or_insert_with(|| Bucket::new(rate, now)).take(now)
 }
 
 #[derive(Debug, Default)]
@@ -165,7 +189,7 @@ fn prefix(digest: &[u8; 32]) -> u64 {
 
 impl Index {
     /// Adds or replaces the registration `namespace/name`. An unchanged registration keeps its
-    /// slot (and its rate-limit bucket). Returns whether anything changed.
+    /// slot (and its budgets). Returns whether anything changed.
     pub fn upsert(&self, registration: Registration) -> bool {
         let key = (registration.namespace.clone(), registration.name.clone());
         {
@@ -176,7 +200,7 @@ impl Index {
             if let Some(old) = inner.by_name.remove(&key) {
                 inner.remove_slot(&old);
             }
-            let slot = Arc::new(Slot { registration, bucket: Mutex::new(None) });
+            let slot = Arc::new(Slot::new(registration));
             inner.by_prefix.entry(prefix(&slot.registration.digest)).or_default().push(slot.clone());
             inner.by_name.insert(key, slot);
         }

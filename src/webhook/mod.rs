@@ -2,13 +2,21 @@
 //! types) starts a sync of the registration within milliseconds, and nobody without the
 //! registration's secrets can trigger it or flood it.
 //!
-//! Pure decisions, unit-tested without servers: [`verify`] (per-type verification, constant-time),
-//! [`filter`] (event and ref filter), [`dedupe`] (bounded memory of delivery ids), [`rate`]
-//! (token buckets). State: [`index`] (digest → registration). I/O: [`keeper`] (keeps the index in
-//! step with the watches) and [`server`] (the axum router and its HTTP/1 server).
+//! The receiver spends nothing on the unauthenticated: an unknown path is a 404 that uses no shared
+//! budget, everything the headers can refuse is refused before the body is read, and only then
+//! are the rate limits taken and the body read, within a budget of bodies in flight.
+//!
+//! Pure decisions, unit-tested without servers: [`admit`] (the checks before the body),
+//! [`verify`] (per-type verification, constant-time), [`filter`] (event and ref filter),
+//! [`dedupe`] (bounded memory of delivery ids), [`rate`] (token buckets), [`budget`] (bytes of
+//! bodies in flight). State: [`index`] (digest → registration and its budgets). I/O: [`keeper`]
+//! (keeps the index in step with the watches) and [`server`] (the axum router and its HTTP/1
+//! server).
 //!
 //! `cdtarget controller` serves it on `--webhook-addr`; see `docs/webhooks.md`.
 
+pub mod admit;
+pub mod budget;
 pub mod dedupe;
 pub mod filter;
 pub mod index;

@@ -1,30 +1,37 @@
 //! The HTTP side of the receiver: `POST /hook/<digest>`, answered in well under a millisecond of
 //! work; the sync itself runs afterwards in the controller.
 //!
-//! A request goes through, in this order (each step answers alone when it refuses):
+//! A request goes through, in this order (each step answers alone when it refuses). Nothing
+//! shared is spent before the path is found and the headers pass, and no body byte is read
+//! before every budget is held:
 //!
 //! | step | refusal |
 //! | --- | --- |
 //! | route and method | any other path `404 not found`; another method on `/hook/...` `405` |
-//! | global rate limit (before anything is read or looked up) | `429`, `Retry-After` |
-//! | digest lookup | `404 not found`, the same answer as any unknown path |
-//! | body: `Content-Length`, then a bounded read within the request timeout | `413` above 3 MiB, `408` when too slow |
-//! | verification ([`super::verify`]) | `401`, naming the header, never a value |
-//! | event and ref filter ([`super::filter`]) | `400` for a payload that cannot be read; `200 ignored: ...` |
+//! | digest lookup (constant-time; no budget spent) | `404 not found`, the same answer as any unknown path |
+//! | header checks ([`super::admit`]): length, media type, the proof the headers carry, the event | `413`, `415`, `401`, `400`, `200 ignored: ...` |
+//! | the registration's bucket of body reads | `429`, `Retry-After` |
+//! | the registration's share of bodies in flight | `503`, `Retry-After` |
+//! | the global rate limit | `429`, `Retry-After` |
+//! | the global budget of bodies in flight | `503`, `Retry-After` |
+//! | body: a bounded read within the request timeout | `413` past the limit (chunked), `408` when too slow |
+//! | the proof the body carries ([`super::verify::verify_body`]) | `401`, naming the header, never a value |
+//! | ref filter ([`super::filter`]) | `400` for a payload that cannot be read; `200 ignored: ...` |
 //! | the registration's rate limit (verified deliveries only, so strangers cannot use it up) | `429`, `Retry-After` |
 //! | duplicate delivery id | `200 duplicate` |
 //! | trigger | `503` when this replica does not lead; else `202 accepted` |
 //!
 //! Connections are served by hyper's HTTP/1 builder with a header read timeout (a client that
-//! dribbles its headers, or idles on a kept-alive connection, is cut) and at most
-//! [`Limits::max_connections`] at once; a `TimeoutLayer` bounds every request as a safety net.
+//! dribbles its headers, or idles on a kept-alive connection, is cut), a bounded head
+//! ([`Limits::max_head_bytes`], `431` past it) and at most [`Limits::max_connections`] at once; a
+//! `TimeoutLayer` bounds every request as a safety net.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -39,11 +46,13 @@ use tokio::task::JoinSet;
 use tower_http::timeout::TimeoutLayer;
 use tracing::{debug, info, warn};
 
+use super::admit::{self, Refusal};
+use super::budget::{Held, InFlight};
 use super::dedupe::{self, Dedupe};
 use super::filter::{self, Decision};
 use super::index::{Index, Slot};
 use super::rate::{Bucket, Rate};
-use super::verify::{self, Verified};
+use super::verify::{self, Pending, Verified};
 use crate::api::tenant_repository::WebhookType;
 use crate::controller::run::{Trigger, TriggerClosed};
 use crate::telemetry::WebhookMetrics;
@@ -63,12 +72,26 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Time allowed for a request's headers, and for an idle kept-alive connection.
     pub header_timeout: Duration,
+    /// Largest request head (request line and headers) a connection buffers, at least 8 KiB; a
+    /// larger one is answered 431 (hyper checks between reads, so up to twice this is buffered).
+    /// With [`Limits::max_connections`] it bounds what anonymous clients can make the receiver
+    /// hold before any check runs.
+    pub max_head_bytes: usize,
     /// Connections served at once; more are closed on arrival.
     pub max_connections: usize,
-    /// All requests to `/hook/...` together (`None`: unlimited).
+    /// Body reads of all registrations together: requests that found their registration and
+    /// passed the header checks (`None`: unlimited).
     pub global_rate: Option<Rate>,
     /// Verified deliveries of one registration (`None`: unlimited).
     pub registration_rate: Option<Rate>,
+    /// Body reads of one registration, verified or not, taken before the global limit so that a
+    /// flood on one path cannot use up everyone's (`None`: unlimited).
+    pub registration_read_rate: Option<Rate>,
+    /// Bytes all bodies being read may hold at once (a chunked body counts as
+    /// [`Limits::max_body_bytes`]); a request that does not fit is answered 503 unread.
+    pub in_flight_bytes: usize,
+    /// Bytes the bodies of one registration may hold at once, within [`Limits::in_flight_bytes`].
+    pub registration_in_flight_bytes: usize,
     /// Delivery ids remembered for duplicate detection.
     pub dedupe_capacity: usize,
     /// How long a delivery id is remembered.
@@ -79,6 +102,11 @@ pub struct Limits {
 
 /// Default of [`Limits::max_body_bytes`]: 3 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// Default of [`Limits::in_flight_bytes`]: 32 MiB (ten bodies at the limit, thousands of
+/// ordinary pushes), a sixteenth of the shipped Deployment's memory limit.
+pub const DEFAULT_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
+/// Default of [`Limits::registration_in_flight_bytes`]: a quarter of the global budget.
+pub const DEFAULT_REGISTRATION_IN_FLIGHT_BYTES: usize = DEFAULT_IN_FLIGHT_BYTES / 4;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -87,9 +115,14 @@ impl Default for Limits {
             // GitLab gives up after 10 s.
             request_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(5),
+            // hyper's default is ~400 KB; a Git host's head is 1-2 KB.
+            max_head_bytes: 64 * 1024,
             max_connections: 1024,
             global_rate: Some(Rate::new(100.0, 200)),
             registration_rate: Some(Rate::new(1.0, 20)),
+            registration_read_rate: Some(Rate::new(5.0, 50)),
+            in_flight_bytes: DEFAULT_IN_FLIGHT_BYTES,
+            registration_in_flight_bytes: DEFAULT_REGISTRATION_IN_FLIGHT_BYTES,
             dedupe_capacity: dedupe::DEFAULT_CAPACITY,
             dedupe_ttl: dedupe::DEFAULT_TTL,
             timestamp_tolerance: verify::DEFAULT_TIMESTAMP_TOLERANCE,
@@ -110,12 +143,13 @@ impl Fire for Trigger {
     }
 }
 
-/// The receiver's shared state: the index, the limits and their buckets, the duplicate memory,
-/// the trigger and the metrics. Never the kube client.
+/// The receiver's shared state: the index, the limits and their buckets, the budget of bodies in
+/// flight, the duplicate memory, the trigger and the metrics. Never the kube client.
 pub struct Receiver {
     index: Arc<Index>,
     limits: Limits,
     global: Mutex<Option<Bucket>>,
+    in_flight: Arc<InFlight>,
     dedupe: Mutex<Dedupe>,
     trigger: RwLock<Option<Arc<dyn Fire>>>,
     metrics: WebhookMetrics,
@@ -128,6 +162,7 @@ impl Receiver {
         let now = Instant::now();
         Arc::new(Receiver {
             global: Mutex::new(limits.global_rate.map(|rate| Bucket::new(rate, now))),
+            in_flight: Arc::default(),
             dedupe: Mutex::new(Dedupe::new(limits.dedupe_capacity, limits.dedupe_ttl)),
             trigger: RwLock::new(None),
             index,
@@ -161,6 +196,29 @@ impl Receiver {
             None => Ok(()),
             Some(bucket) => bucket.take(now),
         }
+    }
+
+    /// Bytes of bodies being read now (all registrations).
+    pub fn bytes_in_flight(&self) -> usize {
+        self.in_flight.bytes()
+    }
+
+    /// Spends what reading a body of `reserve` bytes for `slot` costs, cheapest refusal first and
+    /// the registration's own budgets before the shared ones: its bucket of reads, its share of
+    /// bodies in flight, the global bucket, the global budget of bodies in flight. The bytes are
+    /// held until the returned guards are dropped.
+    fn budget_body(&self, slot: &Slot, reserve: usize, now: Instant) -> Result<[Held; 2], Busy> {
+        if let Some(rate) = self.limits.registration_read_rate {
+            slot.take_read(rate, now).map_err(Busy::Rate)?;
+        }
+        let mine = slot
+            .in_flight()
+            .try_hold(reserve, self.limits.registration_in_flight_bytes)
+            .ok_or(Busy::InFlight(Scope::Registration))?;
+        self.take_global(now).map_err(Busy::Rate)?;
+        let everyone =
+            self.in_flight.try_hold(reserve, self.limits.in_flight_bytes).ok_or(Busy::InFlight(Scope::Global))?;
+        Ok([mine, everyone])
     }
 
     fn first_time(&self, scope: &str, key: &str, now: Instant) -> bool {
@@ -203,10 +261,69 @@ fn not_found() -> Response {
 }
 
 fn rate_limited(kind: &'static str, retry_after: Duration) -> Response {
-    let mut response = answer(StatusCode::TOO_MANY_REQUESTS, kind, "rate_limited", "rate limit reached; retry later");
+    let response = answer(StatusCode::TOO_MANY_REQUESTS, kind, "rate_limited", "rate limit reached; retry later");
+    with_retry_after(response, retry_after)
+}
+
+fn with_retry_after(mut response: Response, retry_after: Duration) -> Response {
     let seconds = retry_after.as_secs_f64().ceil().max(1.0) as u64;
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
+}
+
+/// Whose budget of bodies in flight is spent.
+#[derive(Clone, Copy, Debug)]
+enum Scope {
+    Registration,
+    Global,
+}
+
+/// Why a body is not read now.
+#[derive(Clone, Copy, Debug)]
+enum Busy {
+    /// A token bucket is empty; one is there after this long.
+    Rate(Duration),
+    /// A budget of bodies in flight is spent.
+    InFlight(Scope),
+}
+
+fn busy(kind: &'static str, why: Busy, limits: &Limits) -> Response {
+    match why {
+        Busy::Rate(retry_after) => rate_limited(kind, retry_after),
+        Busy::InFlight(scope) => {
+            let text = match scope {
+                Scope::Registration => "too many deliveries of this registration are being read; retry later",
+                Scope::Global => "too many deliveries are being read; retry later",
+            };
+            // Every body now in flight is read or cut within the request timeout.
+            let response = answer(StatusCode::SERVICE_UNAVAILABLE, kind, "busy", text);
+            with_retry_after(response, limits.request_timeout)
+        }
+    }
+}
+
+/// The answer to a request refused by its headers.
+fn refused(kind: &'static str, refusal: Refusal) -> Response {
+    match refusal {
+        Refusal::TooLarge { limit } => {
+            answer(StatusCode::PAYLOAD_TOO_LARGE, kind, "too_large", &format!("body larger than {limit} bytes"))
+        }
+        Refusal::UnsupportedMediaType => {
+            let mut response = answer(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                kind,
+                "unsupported_media_type",
+                "deliveries are JSON: Content-Type application/json (or none)",
+            );
+            response.headers_mut().insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+            response
+        }
+        Refusal::Unauthorized(rejection) => {
+            answer(StatusCode::UNAUTHORIZED, kind, "unauthorized", &format!("unauthorized: {rejection}"))
+        }
+        Refusal::BadRequest(bad) => answer(StatusCode::BAD_REQUEST, kind, "bad_request", &bad.to_string()),
+        Refusal::Ignored(why) => answer(StatusCode::OK, kind, "ignored", &format!("ignored: {why}")),
+    }
 }
 
 /// The result label of a response that carries no [`Outcome`] (answered by a layer).
@@ -216,6 +333,7 @@ fn result_of_status(status: StatusCode) -> &'static str {
         StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
         StatusCode::NOT_FOUND => "not_found",
         StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         s if s.is_client_error() => "bad_request",
         _ => "unavailable",
     }
@@ -262,10 +380,9 @@ async fn observe(State(metrics): State<WebhookMetrics>, request: Request, next: 
 
 async fn hook(State(receiver): State<Arc<Receiver>>, request: Request) -> Response {
     let arrived = Instant::now();
-    if let Err(retry_after) = receiver.take_global(arrived) {
-        return rate_limited(NO_TYPE, retry_after);
-    }
     let (parts, body) = request.into_parts();
+    // An unknown path costs a hex decode and a map probe, and spends no budget another request
+    // could need.
     let digest = parts.uri.path().strip_prefix("/hook/").unwrap_or_default();
     let Some(slot) = receiver.index.lookup(digest) else {
         debug!("webhook: no registration for the path");
@@ -273,12 +390,37 @@ async fn hook(State(receiver): State<Arc<Receiver>>, request: Request) -> Respon
     };
     let registration = &slot.registration;
     let kind = type_label(registration.kind);
-    let body = match read_body(&parts.headers, body, &receiver.limits).await {
+    let limits = &receiver.limits;
+    // hyper's framing: the exact length of a `Content-Length` body (0 without any), none for a
+    // chunked one.
+    let framed_length = body.size_hint().exact();
+    let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let admitted = match admit::before_body(
+        registration,
+        &parts.headers,
+        framed_length,
+        limits.max_body_bytes,
+        now_unix,
+        limits.timestamp_tolerance,
+    ) {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            debug!(registration = %registration.id(), ?refusal, "webhook: refused before the body");
+            return refused(kind, refusal);
+        }
+    };
+    let _held = match receiver.budget_body(&slot, admitted.reserve, arrived) {
+        Ok(held) => held,
+        Err(why) => {
+            debug!(registration = %registration.id(), ?why, "webhook: no budget to read the body");
+            return busy(kind, why, limits);
+        }
+    };
+    let body = match read_body(body, limits).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => {
             debug!(registration = %registration.id(), "webhook: body too large");
-            let text = format!("body larger than {} bytes", receiver.limits.max_body_bytes);
-            return answer(StatusCode::PAYLOAD_TOO_LARGE, kind, "too_large", &text);
+            return refused(kind, Refusal::TooLarge { limit: limits.max_body_bytes });
         }
         Err(BodyError::Timeout) => {
             debug!(registration = %registration.id(), "webhook: body not received in time");
@@ -288,7 +430,7 @@ async fn hook(State(receiver): State<Arc<Receiver>>, request: Request) -> Respon
             return answer(StatusCode::BAD_REQUEST, kind, "bad_request", "the body could not be read");
         }
     };
-    handle(&receiver, &slot, kind, &parts.headers, &body, arrived)
+    handle(&receiver, &slot, kind, &parts.headers, &admitted.pending, &body, arrived)
 }
 
 /// Everything after the body is read: pure decisions plus the buckets, the duplicate memory and
@@ -298,28 +440,27 @@ fn handle(
     slot: &Slot,
     kind: &'static str,
     headers: &HeaderMap,
+    pending: &Pending,
     body: &[u8],
     arrived: Instant,
 ) -> Response {
     let registration = &slot.registration;
-    let now_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let tolerance = receiver.limits.timestamp_tolerance;
-    let verified = match verify::verify(registration.kind, headers, body, &registration.secrets, now_unix, tolerance) {
+    let verified = match verify::verify_body(pending, body, &registration.secrets) {
         Ok(verified) => verified,
         Err(rejection) => {
             debug!(registration = %registration.id(), reason = %rejection, "webhook: delivery refused");
-            return answer(StatusCode::UNAUTHORIZED, kind, "unauthorized", &format!("unauthorized: {rejection}"));
+            return refused(kind, Refusal::Unauthorized(rejection));
         }
     };
     let deleted = match filter::decide(registration.kind, headers, body, &registration.events, &registration.tracked) {
         Ok(Decision::Sync { deleted }) => deleted,
         Ok(Decision::Ignore(why)) => {
             debug!(registration = %registration.id(), reason = %why, "webhook: delivery ignored");
-            return answer(StatusCode::OK, kind, "ignored", &format!("ignored: {why}"));
+            return refused(kind, Refusal::Ignored(why));
         }
         Err(bad) => {
             debug!(registration = %registration.id(), reason = %bad, "webhook: unreadable delivery");
-            return answer(StatusCode::BAD_REQUEST, kind, "bad_request", &bad.to_string());
+            return refused(kind, Refusal::BadRequest(bad));
         }
     };
     if let Some(rate) = receiver.limits.registration_rate
@@ -369,18 +510,14 @@ enum BodyError {
     Broken,
 }
 
-/// Reads at most `max_body_bytes` within `request_timeout`; a larger `Content-Length` is refused
-/// before reading.
-async fn read_body(headers: &HeaderMap, body: Body, limits: &Limits) -> Result<Vec<u8>, BodyError> {
+/// Reads at most `max_body_bytes` within `request_timeout` (a sender that trickles its body is
+/// cut there). The length was checked against the limit before; a chunked body is cut at it.
+async fn read_body(body: Body, limits: &Limits) -> Result<Vec<u8>, BodyError> {
     let limit = limits.max_body_bytes;
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
-        return Err(BodyError::TooLarge);
-    }
+    let expected = body.size_hint().exact().map_or(0, |length| (length as usize).min(limit));
     let read = async {
         let mut stream = body.into_data_stream();
-        let mut bytes = Vec::with_capacity(declared.map_or(0, |d| d as usize));
+        let mut bytes = Vec::with_capacity(expected);
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|_| BodyError::Broken)?;
             if bytes.len() + chunk.len() > limit {
@@ -434,10 +571,12 @@ pub async fn serve(
         let service = TowerToHyperService::new(app.clone());
         let mut closing = closing_rx.clone();
         let header_timeout = limits.header_timeout;
+        // hyper refuses (panics on) a read buffer below 8 KiB.
+        let max_head_bytes = limits.max_head_bytes.max(8 * 1024);
         connections.spawn(async move {
             let _permit = permit;
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(max_head_bytes);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
             tokio::select! {

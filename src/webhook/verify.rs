@@ -8,6 +8,11 @@
 //! | `generic-hmac` | `X-Signature: sha256=<hex HMAC-SHA256(token, body)>` |
 //! | `generic` | nothing: knowing the path (derived from the token) is the proof |
 //!
+//! The check is split in two so that the receiver reads no body for a request the headers
+//! already refuse: [`verify_headers`] does everything that needs no body (the GitLab token, the
+//! form of every signature header, the Standard Webhooks timestamp) and returns the [`Pending`]
+//! proof, which [`verify_body`] checks against the body once it is read. [`verify`] is both.
+//!
 //! Every comparison with a secret is constant-time: tokens are compared as SHA-256 digests with
 //! `subtle` (equal lengths, so the length of the token does not leak either), HMACs with
 //! `Mac::verify_slice`, which compares in constant time.
@@ -143,16 +148,48 @@ pub enum Rejection {
     SigningKeyUnusable,
 }
 
-/// Verifies one delivery for a registration of type `kind` (see the module documentation).
-/// `now_unix` is the receiver's clock in Unix seconds.
-pub fn verify(
+/// What the headers left to the body: the proof a body must match, once it is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// The headers were the whole proof (`gitlab` without a signing token, `generic`).
+    Nothing,
+    /// `sha256=<hex HMAC-SHA256(token, body)>` presented in header `name` (`github`,
+    /// `generic-hmac`).
+    BodyHmac {
+        /// The header it came from, for the answer.
+        name: &'static str,
+        /// The decoded HMAC.
+        presented: [u8; 32],
+    },
+    /// Standard Webhooks: one of `signatures` must be the HMAC of `id.timestamp.body`.
+    StandardWebhooks {
+        /// `webhook-id`, already checked to be non-empty.
+        id: String,
+        /// `webhook-timestamp`, already checked to be fresh.
+        timestamp: String,
+        /// The decoded `v1` signatures of the right length.
+        signatures: Vec<[u8; 32]>,
+    },
+}
+
+impl Pending {
+    /// Whether only the body can tell whether the sender holds the secret: until then, anyone who
+    /// knows the path can get this far.
+    pub fn needs_body(&self) -> bool {
+        !matches!(self, Pending::Nothing)
+    }
+}
+
+/// Everything [`verify`] can check without the body: the token of `gitlab` (constant-time), the
+/// presence and form of every signature header, the freshness of a Standard Webhooks timestamp.
+/// A delivery refused here is refused before a byte of its body is read.
+pub fn verify_headers(
     kind: WebhookType,
     headers: &HeaderMap,
-    body: &[u8],
     secrets: &Secrets,
     now_unix: i64,
     tolerance: Duration,
-) -> Result<Verified, Rejection> {
+) -> Result<Pending, Rejection> {
     match kind {
         WebhookType::Gitlab => {
             let token = header(headers, GITLAB_TOKEN)?;
@@ -161,15 +198,60 @@ pub fn verify(
                 return Err(Rejection::TokenMismatch);
             }
             match &secrets.signing_key {
-                None => Ok(Verified::default()),
+                None => Ok(Pending::Nothing),
                 Some(SigningKey::Unusable(_)) => Err(Rejection::SigningKeyUnusable),
-                Some(SigningKey::Key(key)) => standard_webhooks(headers, body, key, now_unix, tolerance),
+                Some(SigningKey::Key(_)) => standard_webhooks_headers(headers, now_unix, tolerance),
             }
         }
-        WebhookType::Github => hex_body_signature(headers, GITHUB_SIGNATURE, body, &secrets.token),
-        WebhookType::GenericHmac => hex_body_signature(headers, GENERIC_SIGNATURE, body, &secrets.token),
-        WebhookType::Generic => Ok(Verified::default()),
+        WebhookType::Github => hex_signature_header(headers, GITHUB_SIGNATURE),
+        WebhookType::GenericHmac => hex_signature_header(headers, GENERIC_SIGNATURE),
+        WebhookType::Generic => Ok(Pending::Nothing),
     }
+}
+
+/// Checks the body against what [`verify_headers`] left `pending`.
+pub fn verify_body(pending: &Pending, body: &[u8], secrets: &Secrets) -> Result<Verified, Rejection> {
+    match pending {
+        Pending::Nothing => Ok(Verified::default()),
+        Pending::BodyHmac { name, presented } => {
+            let mut mac = mac(&secrets.token);
+            mac.update(body);
+            mac.verify_slice(presented).map_err(|_| Rejection::SignatureMismatch(name))?;
+            Ok(Verified::default())
+        }
+        Pending::StandardWebhooks { id, timestamp, signatures } => {
+            // A configured key is what made the headers ask for a signature; without it (the
+            // Secret changed in between) nothing can match.
+            let Some(SigningKey::Key(key)) = &secrets.signing_key else {
+                return Err(Rejection::SigningKeyUnusable);
+            };
+            let mut signed = mac(key);
+            signed.update(id.as_bytes());
+            signed.update(b".");
+            signed.update(timestamp.as_bytes());
+            signed.update(b".");
+            signed.update(body);
+            if signatures.iter().any(|presented| signed.clone().verify_slice(presented).is_ok()) {
+                Ok(Verified { signed_id: Some(id.clone()) })
+            } else {
+                Err(Rejection::SignatureMismatch(WEBHOOK_SIGNATURE))
+            }
+        }
+    }
+}
+
+/// Verifies one delivery for a registration of type `kind` (see the module documentation):
+/// [`verify_headers`], then [`verify_body`]. `now_unix` is the receiver's clock in Unix seconds.
+pub fn verify(
+    kind: WebhookType,
+    headers: &HeaderMap,
+    body: &[u8],
+    secrets: &Secrets,
+    now_unix: i64,
+    tolerance: Duration,
+) -> Result<Verified, Rejection> {
+    let pending = verify_headers(kind, headers, secrets, now_unix, tolerance)?;
+    verify_body(&pending, body, secrets)
 }
 
 /// A header as text; absent and non-visible-ASCII values are refused.
@@ -183,34 +265,18 @@ fn mac(key: &[u8]) -> HmacSha256 {
     HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC accepts every key length"))
 }
 
-/// `sha256=<hex HMAC-SHA256(token, body)>` in header `name`.
-fn hex_body_signature(
-    headers: &HeaderMap,
-    name: &'static str,
-    body: &[u8],
-    token: &[u8],
-) -> Result<Verified, Rejection> {
+/// `sha256=<64 hex digits>` in header `name`.
+fn hex_signature_header(headers: &HeaderMap, name: &'static str) -> Result<Pending, Rejection> {
     let value = header(headers, name)?;
     let hex_digest = value.trim().strip_prefix("sha256=").ok_or(Rejection::MalformedHeader(name))?;
-    let presented = hex::decode(hex_digest).map_err(|_| Rejection::MalformedHeader(name))?;
-    if presented.len() != 32 {
-        return Err(Rejection::MalformedHeader(name));
-    }
-    let mut mac = mac(token);
-    mac.update(body);
-    mac.verify_slice(&presented).map_err(|_| Rejection::SignatureMismatch(name))?;
-    Ok(Verified::default())
+    let mut presented = [0u8; 32];
+    hex::decode_to_slice(hex_digest, &mut presented).map_err(|_| Rejection::MalformedHeader(name))?;
+    Ok(Pending::BodyHmac { name, presented })
 }
 
-/// The Standard Webhooks check: timestamp within `tolerance`, then any `v1` signature of
-/// `id.timestamp.body` valid.
-fn standard_webhooks(
-    headers: &HeaderMap,
-    body: &[u8],
-    key: &[u8],
-    now_unix: i64,
-    tolerance: Duration,
-) -> Result<Verified, Rejection> {
+/// The Standard Webhooks headers: an id, a timestamp within `tolerance`, and at least one `v1`
+/// signature (a `v1` entry that is not 32 bytes of base64 cannot match any body).
+fn standard_webhooks_headers(headers: &HeaderMap, now_unix: i64, tolerance: Duration) -> Result<Pending, Rejection> {
     let id = header(headers, WEBHOOK_ID)?;
     let timestamp = header(headers, WEBHOOK_TIMESTAMP)?;
     let signatures = header(headers, WEBHOOK_SIGNATURE)?;
@@ -225,26 +291,22 @@ fn standard_webhooks(
     if now_unix.abs_diff(signed_at) > tolerance_secs {
         return Err(Rejection::StaleTimestamp(tolerance_secs));
     }
-    let mut signed = mac(key);
-    signed.update(id.as_bytes());
-    signed.update(b".");
-    signed.update(timestamp.as_bytes());
-    signed.update(b".");
-    signed.update(body);
     let mut any_v1 = false;
+    let mut decoded = Vec::new();
     for entry in signatures.split_ascii_whitespace() {
         // Other versions (e.g. asymmetric `v1a`) are not ours to check.
         let Some(encoded) = entry.strip_prefix("v1,") else { continue };
         any_v1 = true;
-        let Ok(presented) = STANDARD.decode(encoded) else { continue };
-        if signed.clone().verify_slice(&presented).is_ok() {
-            return Ok(Verified { signed_id: Some(id.to_owned()) });
+        if let Some(signature) = STANDARD.decode(encoded).ok().and_then(|bytes| <[u8; 32]>::try_from(bytes).ok()) {
+            decoded.push(signature);
         }
     }
-    if any_v1 {
-        Err(Rejection::SignatureMismatch(WEBHOOK_SIGNATURE))
-    } else {
-        Err(Rejection::MalformedHeader(WEBHOOK_SIGNATURE))
+    match (any_v1, decoded.is_empty()) {
+        (false, _) => Err(Rejection::MalformedHeader(WEBHOOK_SIGNATURE)),
+        (true, true) => Err(Rejection::SignatureMismatch(WEBHOOK_SIGNATURE)),
+        (true, false) => {
+            Ok(Pending::StandardWebhooks { id: id.to_owned(), timestamp: timestamp.to_owned(), signatures: decoded })
+        }
     }
 }
 
@@ -398,6 +460,34 @@ mod tests {
         }
         // Each type reads its own header only.
         assert!(check(WebhookType::Github, &[(GENERIC_SIGNATURE, &good)], &secrets).is_err());
+    }
+
+    #[test]
+    fn header_checks_refuse_a_wrong_token_and_malformed_signatures_without_a_body() {
+        let now = |pairs: &[(&'static str, &str)], kind, secrets: &Secrets| {
+            verify_headers(kind, &headers(pairs), secrets, NOW, DEFAULT_TIMESTAMP_TOLERANCE)
+        };
+        let plain = Secrets::new("tok", None);
+        assert_eq!(now(&[(GITLAB_TOKEN, "guess")], WebhookType::Gitlab, &plain), Err(Rejection::TokenMismatch));
+        assert_eq!(now(&[(GITLAB_TOKEN, "tok")], WebhookType::Gitlab, &plain), Ok(Pending::Nothing));
+        for (kind, name) in [(WebhookType::Github, GITHUB_SIGNATURE), (WebhookType::GenericHmac, GENERIC_SIGNATURE)] {
+            assert_eq!(now(&[(name, "sha256=00")], kind, &plain), Err(Rejection::MalformedHeader(name)));
+            let forged = hex_signature(b"not the token", BODY);
+            let pending = now(&[(name, &forged)], kind, &plain).unwrap();
+            assert!(pending.needs_body(), "only the body can tell a forged HMAC");
+            assert_eq!(verify_body(&pending, BODY, &plain), Err(Rejection::SignatureMismatch(name)));
+        }
+        // Standard Webhooks: a v1 entry that is not 32 bytes of base64 cannot match any body.
+        let secrets = signed("tok");
+        let timestamp = NOW.to_string();
+        let short = STANDARD.encode([0u8; 16]);
+        let pairs = [
+            (GITLAB_TOKEN, "tok"),
+            (WEBHOOK_ID, "id"),
+            (WEBHOOK_TIMESTAMP, timestamp.as_str()),
+            (WEBHOOK_SIGNATURE, &format!("v1,{short} v1,***")),
+        ];
+        assert_eq!(now(&pairs, WebhookType::Gitlab, &secrets), Err(Rejection::SignatureMismatch(WEBHOOK_SIGNATURE)));
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //!   (404), and "missing header" is replaced by "no header at all is enough";
 //! - unsigned GitLab has nothing to tamper with (`tampered_body_fails_the_signature_with_401` needs a signature).
 //!
-//! Server-wide behaviour (global limit, slow clients, connection cap, follower, metrics) is in
-//! `server.rs`.
+//! Server-wide behaviour (slow clients, connection cap, follower, metrics) is in `server.rs`; the
+//! attacker without the secret (junk paths, forged proofs, slow and oversized bodies against the
+//! limits and the budget of bodies in flight) in `unauthenticated.rs`.
 
 mod cases;
 mod server;
 mod support;
+mod unauthenticated;
 
 /// One module of tests per sender flavour: the cases every type has, then `$extra` cases.
 macro_rules! every_case {

@@ -450,3 +450,69 @@ fn complete(response: &[u8]) -> bool {
         .and_then(|v| v.parse::<usize>().ok());
     length.is_some_and(|length| body.len() >= length)
 }
+
+/// The head of a `POST path` with `headers`, `Content-Length: length` and
+/// `Expect: 100-continue`: a server that starts reading the body first answers `100 Continue`,
+/// so a final answer first proves the body was never asked for.
+pub fn head(path: &str, headers: &[(&str, &str)], length: usize) -> String {
+    let mut head =
+        format!("POST {path} HTTP/1.1\r\nHost: receiver\r\nExpect: 100-continue\r\nContent-Length: {length}\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+/// One raw connection to the receiver, for requests whose body is sent late or never.
+pub struct Raw {
+    stream: tokio::net::TcpStream,
+    buffered: Vec<u8>,
+}
+
+impl Raw {
+    /// Connects to `address` and writes `bytes`.
+    pub async fn send(address: std::net::SocketAddr, bytes: &[u8]) -> Raw {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+        stream.write_all(bytes).await.expect("write the request");
+        Raw { stream, buffered: Vec::new() }
+    }
+
+    /// Reads the next answer: an interim `100 Continue` head, or a final answer with its whole
+    /// body. Bounded by 30 s, far less than any timeout the tests that use it configure, so a
+    /// server that waited for the body fails the test instead of answering late.
+    pub async fn answer(&mut self) -> String {
+        use tokio::io::AsyncReadExt;
+        let read = async {
+            loop {
+                if let Some(end) = self.buffered.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let interim = self.buffered.starts_with(b"HTTP/1.1 1");
+                    if interim || complete(&self.buffered) {
+                        let taken = if interim { end + 4 } else { self.buffered.len() };
+                        let answer = self.buffered.drain(..taken).collect::<Vec<u8>>();
+                        return String::from_utf8_lossy(&answer).into_owned();
+                    }
+                }
+                let mut buffer = [0u8; 4096];
+                match self.stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return String::from_utf8_lossy(&std::mem::take(&mut self.buffered)).into_owned(),
+                    Ok(n) => self.buffered.extend_from_slice(&buffer[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), read).await.expect("an answer within 30 s")
+    }
+
+    /// Writes more of the request.
+    pub async fn write(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        self.stream.write_all(bytes).await.expect("write");
+    }
+
+    /// Ends the request early: the server sees the body end before its announced length.
+    pub async fn give_up(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        self.stream.shutdown().await.expect("shutdown");
+    }
+}
