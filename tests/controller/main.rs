@@ -4,9 +4,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod borrowing;
 mod cdtarget;
 mod e2e;
 mod gitlab;
 mod run;
 mod support;
+mod takeover;
 mod tenant_repository;

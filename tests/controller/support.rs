@@ -1,10 +1,12 @@
 //! A fake cluster for the reconcilers: kube-fake-client with cdtarget's and KEDA's kinds, an
-//! interceptor that records every mutating request, and fixtures.
+//! interceptor that records every mutating request and answers SubjectAccessReviews, fixtures,
+//! and a scanner for leaked secrets.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
 use cdtarget::api::{AgentConfig, CDTarget, CDTargetSpec};
 use cdtarget::controller::cdtarget::{Context, reconcile};
 use k8s_openapi::ByteString;
@@ -14,6 +16,8 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use kube_fake_client::{ClientBuilder, interceptor};
 use serde_json::Value;
+
+use crate::common::access_review::AccessReviews;
 
 /// The tenant namespace of every test.
 pub const NAMESPACE: &str = "team-a";
@@ -35,6 +39,12 @@ pub struct Cluster {
     pub client: Client,
     /// Every create and patch (spec or status) sent, in order.
     pub writes: Writes,
+    /// The field manager of every patch: `Kind namespace/name manager`.
+    pub field_managers: Writes,
+    /// The body of every (non-status) patch, in order.
+    pub patches: Arc<Mutex<Vec<Value>>>,
+    /// Answers the SubjectAccessReviews the reconciler asks.
+    pub reviews: AccessReviews,
     keda: bool,
 }
 
@@ -45,10 +55,20 @@ fn kind_of(object: &Value) -> &str {
 /// Interceptors recording every create, patch, status patch and delete into `writes` as
 /// `create Kind namespace/name`, `patch Kind namespace/name`, `status namespace/name` and
 /// `delete namespace/name` (the TenantRepository and end-to-end tests).
+/// SubjectAccessReviews are answered by an [`AccessReviews`] allowing everything; they are
+/// questions, not writes, and are not recorded.
 pub fn recording_writes(writes: &Writes) -> interceptor::Funcs {
+    recording_writes_with(writes, AccessReviews::default())
+}
+
+/// [`recording_writes`], with SubjectAccessReviews answered by `reviews`.
+pub fn recording_writes_with(writes: &Writes, reviews: AccessReviews) -> interceptor::Funcs {
     let (on_create, on_patch, on_status, on_delete) = (writes.clone(), writes.clone(), writes.clone(), writes.clone());
     interceptor::Funcs::new()
         .create(move |ctx| {
+            if let Some(answer) = reviews.answer(ctx.object) {
+                return Ok(Some(answer));
+            }
             let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
             on_create.lock().unwrap().push(format!("create {} {}/{name}", kind_of(ctx.object), ctx.namespace));
             Ok(None)
@@ -87,9 +107,17 @@ impl Cluster {
         // kube-fake-client enables kube's default (ring) TLS features: pick one provider.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes = Writes::default();
+        let field_managers = Writes::default();
+        let reviews = AccessReviews::default();
         let (on_create, on_patch, on_status) = (writes.clone(), writes.clone(), writes.clone());
+        let (managers, answers) = (field_managers.clone(), reviews.clone());
+        let patches: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let bodies = patches.clone();
         let funcs = interceptor::Funcs::new()
             .create(move |ctx| {
+                if let Some(answer) = answers.answer(ctx.object) {
+                    return Ok(Some(answer));
+                }
                 let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
                 let ns = ctx.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
                 on_create.lock().unwrap().push(describe("create", ctx.object, ns, name));
@@ -97,6 +125,12 @@ impl Cluster {
             })
             .patch(move |ctx| {
                 on_patch.lock().unwrap().push(describe("patch", ctx.patch, ctx.namespace, ctx.name));
+                let manager = ctx.params.field_manager.as_deref().unwrap_or("-");
+                managers
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {manager}", describe("", ctx.patch, ctx.namespace, ctx.name).trim()));
+                bodies.lock().unwrap().push(ctx.patch.clone());
                 let kind = ctx.patch.get("kind").and_then(Value::as_str);
                 if rejected_kind.is_some() && kind == rejected_kind {
                     return Err(kube_fake_client::Error::InvalidRequest("spec.template: Invalid value".into()));
@@ -110,12 +144,13 @@ impl Cluster {
         let mut builder = ClientBuilder::new()
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
+            .with_resource::<TenantRepository>()
             .with_interceptor_funcs(funcs);
         if keda {
             builder = builder.with_resource::<ScaledObject>().with_resource::<TriggerAuthentication>();
         }
         let client = builder.build().await.expect("fake client");
-        Cluster { client, writes, keda }
+        Cluster { client, writes, field_managers, patches, reviews, keda }
     }
 
     /// The reconciler's context for this cluster.
@@ -126,7 +161,45 @@ impl Cluster {
             policy_name: POLICY.into(),
             keda: cdtarget::controller::cdtarget::Keda::new(self.keda),
             recorder: None,
+            default_service_account: None,
         })
+    }
+
+    /// Registers a TenantRepository applying into the tenant namespace as `service_account`:
+    /// the namespace's tenant identity.
+    pub async fn register_tenant(&self, name: &str, service_account: &str) {
+        let spec = TenantRepositorySpec {
+            url: "https://git.example.com/team-a.git".into(),
+            target_namespace: NAMESPACE.into(),
+            service_account_name: service_account.into(),
+            ..TenantRepositorySpec::default()
+        };
+        let mut repo = TenantRepository::new(name, spec);
+        repo.metadata.namespace = Some(PLATFORM.into());
+        let api: Api<TenantRepository> = Api::namespaced(self.client.clone(), PLATFORM);
+        api.create(&PostParams::default(), &repo).await.expect("create TenantRepository");
+    }
+
+    /// Creates a Secret of `type_` with `annotations` in the tenant namespace (what a tenant
+    /// with `create` on Secrets can do).
+    pub async fn put_typed_secret(&self, name: &str, type_: &str, annotations: &[(&str, &str)], data: &[(&str, &str)]) {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+                ..ObjectMeta::default()
+            },
+            type_: Some(type_.into()),
+            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
+            ..Secret::default()
+        };
+        self.api::<Secret>().create(&PostParams::default(), &secret).await.expect("create Secret");
+    }
+
+    /// Deletes the CDTarget `name`. kube-fake-client cascades a (background) deletion to every
+    /// object listing its uid in `ownerReferences`, as the garbage collector does.
+    pub async fn delete_target(&self, name: &str) {
+        self.api::<CDTarget>().delete(name, &Default::default()).await.expect("delete CDTarget");
     }
 
     /// Typed access to a namespaced kind in the tenant namespace.
@@ -191,6 +264,12 @@ impl Cluster {
         reconcile(Arc::new(target), self.context()).await.expect("reconcile")
     }
 
+    /// Reads CDTarget `name` and reconciles it once with `ctx`.
+    pub async fn reconcile_named(&self, name: &str, ctx: Arc<Context>) -> Action {
+        let target = self.api::<CDTarget>().get(name).await.expect("get CDTarget");
+        reconcile(Arc::new(target), ctx).await.expect("reconcile")
+    }
+
     /// Forgets the writes recorded so far.
     pub fn clear_writes(&self) {
         self.writes.lock().unwrap().clear();
@@ -200,6 +279,13 @@ impl Cluster {
     pub fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap().clone()
     }
+}
+
+/// [`target`] named `name`.
+pub fn target_named(name: &str) -> CDTarget {
+    let mut target = target();
+    target.metadata.name = Some(name.into());
+    target
 }
 
 /// A valid CDTarget `agents` in `team-a`, reading its token from `azp-token`.
