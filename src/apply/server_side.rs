@@ -138,7 +138,7 @@ pub async fn apply_all(client: &Client, objects: &[Value]) -> Result<usize, Appl
 /// tenant applies used before an upgrade ([`LEGACY_TENANT_FIELD_MANAGER`]). Those fields would
 /// never be removed when they leave Git, since the new manager does not own them alone. A child
 /// of a CDTarget (controller owner reference to a CDTarget) is left alone: there that manager is
-/// the controller's own.
+/// the controller's own. So is an entry that owns no field (already released).
 pub fn holds_legacy_tenant_fields(meta: &ObjectMeta) -> bool {
     let cdtarget_child = meta.owner_references.iter().flatten().any(|owner| {
         owner.controller == Some(true)
@@ -147,9 +147,12 @@ pub fn holds_legacy_tenant_fields(meta: &ObjectMeta) -> bool {
     });
     !cdtarget_child
         && meta.managed_fields.iter().flatten().any(|entry| {
+            let owns_fields =
+                entry.fields_v1.as_ref().is_some_and(|fields| fields.0.as_object().is_some_and(|f| !f.is_empty()));
             entry.manager.as_deref() == Some(LEGACY_TENANT_FIELD_MANAGER)
                 && entry.operation.as_deref() == Some("Apply")
                 && entry.subresource.as_deref().unwrap_or_default().is_empty()
+                && owns_fields
         })
 }
 
@@ -220,7 +223,7 @@ mod tests {
     }
 
     fn meta(managers: &[(&str, &str, Option<&str>)], owner: Option<&str>) -> ObjectMeta {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, OwnerReference};
         ObjectMeta {
             managed_fields: Some(
                 managers
@@ -229,6 +232,7 @@ mod tests {
                         manager: Some((*manager).into()),
                         operation: Some((*operation).into()),
                         subresource: subresource.map(Into::into),
+                        fields_v1: Some(FieldsV1(serde_json::json!({"f:data": {}}))),
                         ..ManagedFieldsEntry::default()
                     })
                     .collect(),
@@ -264,6 +268,9 @@ mod tests {
             "a CDTarget's child"
         );
         assert!(holds_legacy_tenant_fields(&meta(&[("cdtarget", "Apply", None)], Some("ReplicaSet"))));
+        let mut released = meta(&[("cdtarget", "Apply", None)], None);
+        released.managed_fields.as_mut().unwrap()[0].fields_v1 = None;
+        assert!(!holds_legacy_tenant_fields(&released), "an entry owning nothing is left alone");
     }
 
     #[test]
