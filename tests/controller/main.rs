@@ -8,6 +8,7 @@ mod borrowing;
 mod cdtarget;
 mod e2e;
 mod gitlab;
+mod leaks;
 mod run;
 mod support;
 mod takeover;

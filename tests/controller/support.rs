@@ -321,3 +321,153 @@ pub async fn cluster_with_target(keda: bool) -> Cluster {
 pub async fn uid(cluster: &Cluster) -> String {
     cluster.target().await.uid().expect("the fake sets a uid")
 }
+
+// === leaked secrets ===
+
+/// The secret values of a test's fixtures (tokens, passwords, private keys, webhook tokens and
+/// paths, URL userinfo), and the check that none of them appears in what the controllers wrote.
+/// Each value is also looked for in base64, and a PEM key line by line.
+#[derive(Clone, Debug, Default)]
+pub struct SecretScanner {
+    /// `(what it is, the text to look for)`.
+    needles: Vec<(String, String)>,
+}
+
+/// One secret found where it must not be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leak {
+    /// Where: `status of CDTarget team-a/agents`, `Event ...`, `logs`.
+    pub place: String,
+    /// Which secret (its label, never its value).
+    pub secret: String,
+}
+
+impl SecretScanner {
+    /// No secrets yet.
+    pub fn new() -> Self {
+        SecretScanner::default()
+    }
+
+    /// Looks for `value` (labelled `label`) and its base64 form; a multi-line value (a PEM key)
+    /// is looked for line by line (lines of 16 characters or more: the key material).
+    pub fn secret(&mut self, label: &str, value: &str) -> &mut Self {
+        use base64::Engine;
+        let lines: Vec<&str> = value.lines().map(str::trim).filter(|l| l.len() >= 16).collect();
+        let parts = if lines.len() > 1 { lines } else { vec![value.trim()] };
+        for part in parts {
+            self.needles.push((label.to_owned(), part.to_owned()));
+            self.needles.push((format!("{label} (base64)"), base64::engine::general_purpose::STANDARD.encode(part)));
+        }
+        self
+    }
+
+    /// Every secret found in `text`, and any URL carrying userinfo other than the redacted
+    /// `***@`, as found at `place`.
+    pub fn leaks(&self, place: &str, text: &str) -> Vec<Leak> {
+        let mut found: Vec<Leak> = self
+            .needles
+            .iter()
+            .filter(|(_, needle)| text.contains(needle.as_str()))
+            .map(|(label, _)| Leak { place: place.to_owned(), secret: label.clone() })
+            .collect();
+        if has_userinfo(text) {
+            found.push(Leak { place: place.to_owned(), secret: "URL userinfo".into() });
+        }
+        found.dedup();
+        found
+    }
+}
+
+/// Whether some `scheme://user[:password]@host` in `text` has userinfo other than `***`.
+fn has_userinfo(text: &str) -> bool {
+    text.match_indices("://").any(|(at, _)| {
+        let rest = &text[at + 3..];
+        let end = rest.find(|c: char| c == '/' || c.is_whitespace() || "\"'\\,;)]}".contains(c)).unwrap_or(rest.len());
+        rest[..end].rsplit_once('@').is_some_and(|(userinfo, _)| userinfo != "***")
+    })
+}
+
+/// Everything the controllers wrote into the cluster, as `(place, JSON text)`: the status of
+/// every CDTarget and TenantRepository, and every Event (events.k8s.io/v1 and core/v1), in
+/// every namespace. `status.webhookPath` of a registration is left out: it is the one place the
+/// receiver path is meant to be (the platform namespace), and it is checked against its own
+/// registration instead.
+pub async fn written_by_controllers(client: &Client) -> Vec<(String, String)> {
+    let mut written = Vec::new();
+    for target in Api::<CDTarget>::all(client.clone()).list(&Default::default()).await.expect("list CDTargets").items {
+        let place = format!("status of CDTarget {}/{}", target.namespace().unwrap_or_default(), target.name_any());
+        written.push((place, serde_json::to_string(&target.status).unwrap()));
+    }
+    let registrations = Api::<TenantRepository>::all(client.clone()).list(&Default::default()).await.expect("list");
+    for repo in registrations.items {
+        let place = format!("status of TenantRepository {}/{}", repo.namespace().unwrap_or_default(), repo.name_any());
+        let mut status = serde_json::to_value(&repo.status).unwrap();
+        if let Some(status) = status.as_object_mut() {
+            status.remove("webhookPath");
+        }
+        written.push((place, status.to_string()));
+    }
+    let events = Api::<k8s_openapi::api::events::v1::Event>::all(client.clone()).list(&Default::default()).await;
+    for event in events.expect("list Events").items {
+        written.push((format!("Event {}", event.name_any()), serde_json::to_string(&event).unwrap()));
+    }
+    let core_events = Api::<k8s_openapi::api::core::v1::Event>::all(client.clone()).list(&Default::default()).await;
+    for event in core_events.expect("list core Events").items {
+        written.push((format!("core Event {}", event.name_any()), serde_json::to_string(&event).unwrap()));
+    }
+    written
+}
+
+/// Log output of the current thread while it is alive: every level of every target, as the
+/// controller's text logs would show it.
+pub struct LogCapture {
+    buffer: Arc<Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl LogCapture {
+    /// Starts capturing (on this thread: use a current-thread runtime).
+    pub fn start() -> LogCapture {
+        let buffer: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || CaptureWriter(sink.clone()))
+            .finish();
+        LogCapture { buffer, _guard: tracing::subscriber::set_default(subscriber) }
+    }
+
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.buffer.lock().unwrap()).into_owned()
+    }
+}
+
+struct CaptureWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_scanner_finds_values_their_base64_key_lines_and_userinfo() {
+    let mut scanner = SecretScanner::new();
+    scanner.secret("token", "glpat-0123456789abcdef").secret(
+        "key",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n",
+    );
+    assert_eq!(scanner.leaks("x", "fine: https://***@host/repo and ssh://127.0.0.1/x"), []);
+    let labels = |text: &str| scanner.leaks("x", text).into_iter().map(|l| l.secret).collect::<Vec<_>>();
+    assert_eq!(labels("token glpat-0123456789abcdef"), ["token"]);
+    assert_eq!(labels("Z2xwYXQtMDEyMzQ1Njc4OWFiY2RlZg=="), ["token (base64)"]);
+    assert_eq!(labels("…b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ…"), ["key"]);
+    assert_eq!(labels("fetching https://oauth2:other@host/repo"), ["URL userinfo"]);
+}
