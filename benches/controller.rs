@@ -388,7 +388,7 @@ fn controller_side(url: &str, shape: Shape, concurrency: usize, cache: &Path) {
             policy_name: POLICY.into(),
             keda: cdtarget_controller::Keda::new(true),
             recorder: None,
-            default_service_account: None,
+            tenants: Default::default(),
         });
 
         let mut report = String::new();

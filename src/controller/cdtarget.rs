@@ -8,9 +8,9 @@
 //! not control. [`reconcile`] only reads, calls them, and executes the result.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -70,11 +70,60 @@ pub struct Context {
     pub keda: Keda,
     /// Records Events on state changes (none in tests that do not look at them).
     pub recorder: Option<kube::runtime::events::Recorder>,
+    /// Who the tenant of a namespace is, for what a CDTarget may hand its agents
+    /// ([`super::borrowed`]).
+    pub tenants: Tenants,
+}
+
+/// The tenant identities of namespaces: the registrations (read at most every
+/// [`REGISTRATIONS_TTL`], shared by every reconcile) and the default ServiceAccount.
+#[derive(Clone, Debug, Default)]
+pub struct Tenants {
     /// The ServiceAccount (in the CDTarget's namespace) whose read rights bound what a CDTarget
     /// may hand its agents when no TenantRepository applies into that namespace
     /// (`--default-tenant-service-account`); `None`: only the ServiceAccount-token rule applies
-    /// there. See [`super::borrowed`].
+    /// there.
     pub default_service_account: Option<String>,
+    registrations: Arc<Mutex<Option<(Instant, Arc<Vec<TenantRepository>>)>>>,
+}
+
+/// How long a list of the registrations serves the CDTarget reconciles: one list per this
+/// period instead of one per reconcile (a thousand registrations times ten thousand CDTargets).
+/// A new registration's identity applies within it; a removed one is still asked about meanwhile
+/// (stricter, never looser).
+pub const REGISTRATIONS_TTL: Duration = Duration::from_secs(30);
+
+impl Tenants {
+    /// `default_service_account` for namespaces without a registration.
+    pub fn new(default_service_account: Option<String>) -> Self {
+        let default_service_account = default_service_account.filter(|name| !name.trim().is_empty());
+        Tenants { default_service_account, ..Tenants::default() }
+    }
+
+    /// The tenant identities of `namespace`.
+    async fn of(&self, client: &Client, platform: &str, namespace: &str) -> Result<Vec<borrowed::Identity>, Error> {
+        let registrations = self.registrations(client, platform).await?;
+        Ok(borrowed::tenant_identities(namespace, registrations.iter(), self.default_service_account.as_deref()))
+    }
+
+    async fn registrations(&self, client: &Client, platform: &str) -> Result<Arc<Vec<TenantRepository>>, Error> {
+        let fresh = |read: &Option<(Instant, Arc<Vec<TenantRepository>>)>| {
+            read.as_ref().filter(|(at, _)| at.elapsed() < REGISTRATIONS_TTL).map(|(_, list)| list.clone())
+        };
+        if let Some(list) = fresh(&self.registrations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {
+            return Ok(list);
+        }
+        let api: Api<TenantRepository> = Api::namespaced(client.clone(), platform);
+        let listed = api.list(&ListParams::default()).await.map_err(|source| Error::Read {
+            kind: "TenantRepository",
+            name: format!("{platform}/*"),
+            source,
+        })?;
+        let list = Arc::new(listed.items);
+        *self.registrations.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((Instant::now(), list.clone()));
+        Ok(list)
+    }
 }
 
 /// Whether KEDA is installed, shared between the reconciler and the task that re-checks it.
@@ -348,7 +397,7 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
     let policy = read_policy(&ctx).await?;
     let references = borrowed::references(&target);
     let secrets = read_secrets(&ctx.client, &namespace, &references).await?;
-    let identities = tenant_identities(&ctx, &namespace).await?;
+    let identities = ctx.tenants.of(&ctx.client, &ctx.policy_namespace, &namespace).await?;
     let answers = ask(&ctx.client, &borrowed::questions(&references, &identities)).await?;
     let refused = borrowed::refusals(&namespace, &references, &secrets, &identities, &answers);
     let data: SecretsRead =
@@ -411,18 +460,6 @@ async fn read_secrets(
         secrets.insert(name.to_owned(), secret);
     }
     Ok(secrets)
-}
-
-/// The tenant identities of `namespace`, from the registrations in the controller's namespace
-/// (where the TenantRepository reconciler reads them too).
-async fn tenant_identities(ctx: &Context, namespace: &str) -> Result<Vec<borrowed::Identity>, Error> {
-    let api: Api<TenantRepository> = Api::namespaced(ctx.client.clone(), &ctx.policy_namespace);
-    let registrations = api.list(&ListParams::default()).await.map_err(|source| Error::Read {
-        kind: "TenantRepository",
-        name: format!("{}/*", ctx.policy_namespace),
-        source,
-    })?;
-    Ok(borrowed::tenant_identities(namespace, &registrations.items, ctx.default_service_account.as_deref()))
 }
 
 /// Asks the API server every question with a `SubjectAccessReview`.

@@ -462,7 +462,7 @@ async fn reconcile_until_stopped(
         policy_name: args.policy_configmap.clone(),
         keda: keda_flag.clone(),
         recorder: Some(recorder),
-        default_service_account: args.default_tenant_service_account.clone().filter(|name| !name.trim().is_empty()),
+        tenants: cdtarget::Tenants::new(args.default_tenant_service_account.clone()),
     });
     let shard = shard_config(args.shard_selector.as_deref());
     let controller_config = controller::Config::default().concurrency(args.reconcile_concurrency);

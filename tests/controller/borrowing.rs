@@ -203,7 +203,7 @@ async fn without_a_registration_the_default_tenant_service_account_is_asked_and_
     assert_eq!(ready(&cluster.target().await).1, "Applied");
 
     let mut ctx = (*cluster.context()).clone();
-    ctx.default_service_account = Some("cdtarget-tenant".into());
+    ctx.tenants = cdtarget::controller::cdtarget::Tenants::new(Some("cdtarget-tenant".into()));
     let ctx: Arc<Context> = Arc::new(ctx);
     cluster.reviews.deny("system:serviceaccount:team-a:cdtarget-tenant", "secrets", NAMESPACE, TOKEN);
     cluster.reconcile_named(NAME, ctx).await;

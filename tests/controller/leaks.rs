@@ -115,7 +115,7 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
         policy_name: "cdtarget-policy".into(),
         keda: cdtarget_reconciler::Keda::new(false),
         recorder: Some(recorder),
-        default_service_account: None,
+        tenants: Default::default(),
     });
 
     // Registrations: one fetching with a token in its URL and a webhook (success), one with the

@@ -161,7 +161,7 @@ impl Cluster {
             policy_name: POLICY.into(),
             keda: cdtarget::controller::cdtarget::Keda::new(self.keda),
             recorder: None,
-            default_service_account: None,
+            tenants: Default::default(),
         })
     }
 
