@@ -84,8 +84,11 @@ pub struct Tenants {
     /// (`--default-tenant-service-account`); `None`: only the ServiceAccount-token rule applies
     /// there.
     pub default_service_account: Option<String>,
-    registrations: Arc<Mutex<Option<(Instant, Arc<Vec<TenantRepository>>)>>>,
+    registrations: Arc<Mutex<Option<Listed>>>,
 }
+
+/// The registrations as listed, and when.
+type Listed = (Instant, Arc<Vec<TenantRepository>>);
 
 /// How long a list of the registrations serves the CDTarget reconciles: one list per this
 /// period instead of one per reconcile (a thousand registrations times ten thousand CDTargets).
@@ -107,7 +110,7 @@ impl Tenants {
     }
 
     async fn registrations(&self, client: &Client, platform: &str) -> Result<Arc<Vec<TenantRepository>>, Error> {
-        let fresh = |read: &Option<(Instant, Arc<Vec<TenantRepository>>)>| {
+        let fresh = |read: &Option<Listed>| {
             read.as_ref().filter(|(at, _)| at.elapsed() < REGISTRATIONS_TTL).map(|(_, list)| list.clone())
         };
         if let Some(list) = fresh(&self.registrations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {

@@ -39,6 +39,9 @@ async fn no_children(cluster: &Cluster) -> bool {
         && cluster.api::<NetworkPolicy>().get_opt(NAME).await.unwrap().is_none()
 }
 
+/// A change of the CDTarget's spec.
+type SpecChange = fn(&mut CDTargetSpec);
+
 async fn with_spec(cluster: &Cluster, change: impl FnOnce(&mut CDTargetSpec)) {
     let mut spec = target().spec;
     change(&mut spec);
@@ -60,7 +63,7 @@ async fn minted_token(cluster: &Cluster, name: &str) {
 
 #[tokio::test]
 async fn a_service_account_token_secret_as_ca_env_or_pull_secret_is_refused_and_nothing_is_applied() {
-    let cases: [(&str, fn(&mut CDTargetSpec)); 3] = [
+    let cases: [(&str, SpecChange); 3] = [
         ("spec.caCertRef", |spec| spec.ca_cert_ref = Some("builder-token".into())),
         ("spec.env[0].valueFrom.secretKeyRef.name", |spec| spec.env = vec![env_secret("KUBE_TOKEN", "builder-token")]),
         ("spec.imagePullSecrets[0].name", |spec| {
