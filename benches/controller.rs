@@ -320,6 +320,11 @@ fn apiserver_side(base: &str, registrations: usize) {
             .with_status_subresource::<TenantRepository>()
             .with_resource::<ScaledObject>()
             .with_resource::<TriggerAuthentication>()
+            // The CDTarget reconciler asks whether each tenant may read its Secrets.
+            .with_interceptor_funcs(kube_fake_client::interceptor::Funcs::new().create({
+                let reviews = common::access_review::AccessReviews::default();
+                move |ctx| Ok(reviews.answer(ctx.object))
+            }))
             .build()
             .await
             .expect("fake client");
@@ -383,6 +388,7 @@ fn controller_side(url: &str, shape: Shape, concurrency: usize, cache: &Path) {
             policy_name: POLICY.into(),
             keda: cdtarget_controller::Keda::new(true),
             recorder: None,
+            tenants: Default::default(),
         });
 
         let mut report = String::new();

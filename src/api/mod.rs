@@ -20,5 +20,7 @@ pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "cdtarget.io/v1alpha1";
 /// `apiVersion` of the seed operator's CDTarget, still accepted in tenant repositories.
 pub const LEGACY_API_VERSION: &str = "cnad.gofound.nl/v1alpha1";
-/// The field manager of every server-side apply cdtarget sends.
+/// The field manager of every server-side apply the controller sends as itself (children,
+/// status, the Lease); applies made as a tenant use
+/// [`crate::apply::server_side::TENANT_FIELD_MANAGER`].
 pub const FIELD_MANAGER: &str = "cdtarget";

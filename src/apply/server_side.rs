@@ -1,13 +1,17 @@
 //! Server-side apply of a tenant's objects as the tenant's ServiceAccount, and deletion of what
-//! left Git. Every object is sent as a `DynamicObject` with the field manager `cdtarget`, forcing
-//! ownership of the fields it sets (Git is the source of truth for them), to the resource API
-//! discovery names for its kind ([`super::discovery`]).
+//! left Git. Every object is sent as a `DynamicObject` with the field manager
+//! [`TENANT_FIELD_MANAGER`] (`cdtarget-tenant`), forcing ownership of the fields it sets (Git is
+//! the source of truth for them). The controller's own writes (children, status) use
+//! [`FIELD_MANAGER`] (`cdtarget`), so `managedFields` tell the tenant's fields from the
+//! controller's. Each object goes to the resource API discovery names for its kind
+//! ([`super::discovery`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use http::HeaderValue;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::error::DiscoveryError;
@@ -17,6 +21,11 @@ use sha2::{Digest, Sha256};
 use crate::api::FIELD_MANAGER;
 use crate::api::tenant_repository::InventoryEntry;
 use crate::apply::discovery::Discovery;
+
+/// The field manager of every apply made as a tenant (impersonating its ServiceAccount).
+pub const TENANT_FIELD_MANAGER: &str = "cdtarget-tenant";
+/// The field manager tenant applies used before they had their own: the controller's.
+pub const LEGACY_TENANT_FIELD_MANAGER: &str = FIELD_MANAGER;
 
 /// The user name of ServiceAccount `name` in `namespace`, as the API server authenticates it.
 pub fn service_account_user(namespace: &str, name: &str) -> String {
@@ -112,7 +121,7 @@ pub fn digest(objects: &[Value]) -> String {
 /// were applied. Each object must carry `apiVersion`, `kind`, `metadata.name` and
 /// `metadata.namespace`.
 pub async fn apply_all(client: &Client, discovery: &Discovery, objects: &[Value]) -> Result<usize, ApplyError> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(TENANT_FIELD_MANAGER).force();
     for object in objects {
         let Some(entry) = super::entry_of(object) else {
             let unnamed = InventoryEntry { kind: "object".into(), ..InventoryEntry::default() };
@@ -121,11 +130,48 @@ pub async fn apply_all(client: &Client, discovery: &Discovery, objects: &[Value]
         };
         let resource = resource_of(discovery, &entry).await.map_err(|source| error(APPLYING, &entry, source))?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
-        if let Err(source) = api.patch(&entry.name, &params, &Patch::Apply(object)).await {
-            return Err(error(APPLYING, &entry, source));
+        let applied = match api.patch(&entry.name, &params, &Patch::Apply(object)).await {
+            Ok(applied) => applied,
+            Err(source) => return Err(error(APPLYING, &entry, source)),
+        };
+        if holds_legacy_tenant_fields(&applied.metadata) {
+            release_legacy_tenant_fields(&api, &entry).await.map_err(|source| error(APPLYING, &entry, source))?;
         }
     }
     Ok(objects.len())
+}
+
+/// Whether a tenant object, as just applied, still lists fields under the field manager the
+/// tenant applies used before an upgrade ([`LEGACY_TENANT_FIELD_MANAGER`]). Those fields would
+/// never be removed when they leave Git, since the new manager does not own them alone. A child
+/// of a CDTarget (controller owner reference to a CDTarget) is left alone: there that manager is
+/// the controller's own. So is an entry that owns no field (already released).
+pub fn holds_legacy_tenant_fields(meta: &ObjectMeta) -> bool {
+    let cdtarget_child = meta.owner_references.iter().flatten().any(|owner| {
+        owner.controller == Some(true)
+            && owner.kind == "CDTarget"
+            && owner.api_version.starts_with(&format!("{}/", crate::api::GROUP))
+    });
+    !cdtarget_child
+        && meta.managed_fields.iter().flatten().any(|entry| {
+            let owns_fields =
+                entry.fields_v1.as_ref().is_some_and(|fields| fields.0.as_object().is_some_and(|f| !f.is_empty()));
+            entry.manager.as_deref() == Some(LEGACY_TENANT_FIELD_MANAGER)
+                && entry.operation.as_deref() == Some("Apply")
+                && entry.subresource.as_deref().unwrap_or_default().is_empty()
+                && owns_fields
+        })
+}
+
+/// Applies an empty configuration as the legacy manager: it then owns nothing, so fields it
+/// alone held (removed from Git since) go, and those the tenant manager now co-owns stay.
+async fn release_legacy_tenant_fields(api: &Api<DynamicObject>, entry: &InventoryEntry) -> Result<(), kube::Error> {
+    let empty = serde_json::json!({
+        "apiVersion": entry.api_version,
+        "kind": entry.kind,
+        "metadata": {"name": entry.name, "namespace": entry.namespace},
+    });
+    api.patch(&entry.name, &PatchParams::apply(LEGACY_TENANT_FIELD_MANAGER), &Patch::Apply(&empty)).await.map(|_| ())
 }
 
 /// Most live objects read at once when looking for drift.
@@ -179,6 +225,57 @@ fn error(verb: &'static str, entry: &InventoryEntry, source: kube::Error) -> App
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn meta(managers: &[(&str, &str, Option<&str>)], owner: Option<&str>) -> ObjectMeta {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, OwnerReference};
+        ObjectMeta {
+            managed_fields: Some(
+                managers
+                    .iter()
+                    .map(|(manager, operation, subresource)| ManagedFieldsEntry {
+                        manager: Some((*manager).into()),
+                        operation: Some((*operation).into()),
+                        subresource: subresource.map(Into::into),
+                        fields_v1: Some(FieldsV1(serde_json::json!({"f:data": {}}))),
+                        ..ManagedFieldsEntry::default()
+                    })
+                    .collect(),
+            ),
+            owner_references: owner.map(|kind| {
+                vec![OwnerReference {
+                    api_version: "cdtarget.io/v1alpha1".into(),
+                    kind: kind.into(),
+                    name: "agents".into(),
+                    uid: "u".into(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn only_an_apply_of_the_old_manager_on_a_tenant_object_is_released() {
+        assert!(holds_legacy_tenant_fields(&meta(
+            &[("cdtarget", "Apply", None), ("cdtarget-tenant", "Apply", None)],
+            None
+        )));
+        assert!(!holds_legacy_tenant_fields(&meta(&[("cdtarget-tenant", "Apply", None)], None)), "migrated");
+        assert!(
+            !holds_legacy_tenant_fields(&meta(&[("cdtarget", "Apply", Some("status"))], None)),
+            "status is the controller's"
+        );
+        assert!(!holds_legacy_tenant_fields(&meta(&[("cdtarget", "Update", None)], None)), "not an apply");
+        assert!(
+            !holds_legacy_tenant_fields(&meta(&[("cdtarget", "Apply", None)], Some("CDTarget"))),
+            "a CDTarget's child"
+        );
+        assert!(holds_legacy_tenant_fields(&meta(&[("cdtarget", "Apply", None)], Some("ReplicaSet"))));
+        let mut released = meta(&[("cdtarget", "Apply", None)], None);
+        released.managed_fields.as_mut().unwrap()[0].fields_v1 = None;
+        assert!(!holds_legacy_tenant_fields(&released), "an entry owning nothing is left alone");
+    }
 
     #[test]
     fn digest_depends_on_content_and_order() {

@@ -1,29 +1,31 @@
-//! The CDTarget reconciler: read the policy and the referenced Secrets, render the four children,
-//! server-side apply them with controller owner references, and write status once.
+//! The CDTarget reconciler: read the policy and the referenced Secrets, check that the CDTarget
+//! lends its agents nothing its tenant could not read ([`super::borrowed`]), render the four
+//! children, server-side apply them with controller owner references, and write status once.
 //!
 //! The decision (what to apply, which health to report, when to come back) is [`plan`], a pure
-//! function over what was read; [`reconcile`] only reads, calls it, and executes the result.
+//! function over what was read; which children may be written at all is
+//! [`super::children::plan`], over the live objects: a child never takes over an object it does
+//! not control. [`reconcile`] only reads, calls them, and executes the result.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde_json::Value;
 
-use crate::api::keda::{ScaledObject, TriggerAuthentication};
+use crate::api::tenant_repository::TenantRepository;
 use crate::api::{CDTarget, CDTargetStatus, FIELD_MANAGER, RenderedSummary};
+use crate::controller::borrowed::{self, Refusal};
+use crate::controller::children::{self, Conflict, Write};
 use crate::controller::conditions::{self, Health};
 use crate::policy::Policy;
 use crate::problem::Problem;
@@ -41,6 +43,14 @@ pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
 pub const REASON_SECRET_NOT_FOUND: &str = "SecretNotFound";
 /// Condition reason: the API server refused a request; retried with back-off.
 pub const REASON_API_ERROR: &str = "ApiError";
+/// Condition reason: an object with a child's kind and name exists and is not controlled by this
+/// CDTarget; nothing is written.
+pub const REASON_NAME_CONFLICT: &str = "NameConflict";
+/// Condition reason: a referenced Secret is a ServiceAccount token, or the namespace's tenant
+/// identity may not read it (or a referenced ConfigMap, when no Secret is refused).
+pub const REASON_SECRET_NOT_ALLOWED: &str = "SecretNotAllowed";
+/// Condition reason: a referenced ConfigMap cannot be read by the namespace's tenant identity.
+pub const REASON_CONFIG_MAP_NOT_ALLOWED: &str = "ConfigMapNotAllowed";
 
 /// Resync of a CDTarget whose children are in place (drift repair).
 pub const RESYNC: Duration = Duration::from_secs(10 * 60);
@@ -60,6 +70,63 @@ pub struct Context {
     pub keda: Keda,
     /// Records Events on state changes (none in tests that do not look at them).
     pub recorder: Option<kube::runtime::events::Recorder>,
+    /// Who the tenant of a namespace is, for what a CDTarget may hand its agents
+    /// ([`super::borrowed`]).
+    pub tenants: Tenants,
+}
+
+/// The tenant identities of namespaces: the registrations (read at most every
+/// [`REGISTRATIONS_TTL`], shared by every reconcile) and the default ServiceAccount.
+#[derive(Clone, Debug, Default)]
+pub struct Tenants {
+    /// The ServiceAccount (in the CDTarget's namespace) whose read rights bound what a CDTarget
+    /// may hand its agents when no TenantRepository applies into that namespace
+    /// (`--default-tenant-service-account`); `None`: only the ServiceAccount-token rule applies
+    /// there.
+    pub default_service_account: Option<String>,
+    registrations: Arc<Mutex<Option<Listed>>>,
+}
+
+/// The registrations as listed, and when.
+type Listed = (Instant, Arc<Vec<TenantRepository>>);
+
+/// How long a list of the registrations serves the CDTarget reconciles: one list per this
+/// period instead of one per reconcile (a thousand registrations times ten thousand CDTargets).
+/// A new registration's identity applies within it; a removed one is still asked about meanwhile
+/// (stricter, never looser).
+pub const REGISTRATIONS_TTL: Duration = Duration::from_secs(30);
+
+impl Tenants {
+    /// `default_service_account` for namespaces without a registration.
+    pub fn new(default_service_account: Option<String>) -> Self {
+        let default_service_account = default_service_account.filter(|name| !name.trim().is_empty());
+        Tenants { default_service_account, ..Tenants::default() }
+    }
+
+    /// The tenant identities of `namespace`.
+    async fn of(&self, client: &Client, platform: &str, namespace: &str) -> Result<Vec<borrowed::Identity>, Error> {
+        let registrations = self.registrations(client, platform).await?;
+        Ok(borrowed::tenant_identities(namespace, registrations.iter(), self.default_service_account.as_deref()))
+    }
+
+    async fn registrations(&self, client: &Client, platform: &str) -> Result<Arc<Vec<TenantRepository>>, Error> {
+        let fresh = |read: &Option<Listed>| {
+            read.as_ref().filter(|(at, _)| at.elapsed() < REGISTRATIONS_TTL).map(|(_, list)| list.clone())
+        };
+        if let Some(list) = fresh(&self.registrations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {
+            return Ok(list);
+        }
+        let api: Api<TenantRepository> = Api::namespaced(client.clone(), platform);
+        let listed = api.list(&ListParams::default()).await.map_err(|source| Error::Read {
+            kind: "TenantRepository",
+            name: format!("{platform}/*"),
+            source,
+        })?;
+        let list = Arc::new(listed.items);
+        *self.registrations.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((Instant::now(), list.clone()));
+        Ok(list)
+    }
 }
 
 /// Whether KEDA is installed, shared between the reconciler and the task that re-checks it.
@@ -125,6 +192,17 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Asking the API server whether the tenant identity may read a referenced object failed.
+    #[error("asking whether {user} may get {object}: {source}")]
+    Review {
+        /// The tenant identity.
+        user: String,
+        /// `Kind namespace/name` of the object.
+        object: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// Writing status failed.
     #[error("writing the status of CDTarget {name}: {source}")]
     Status {
@@ -141,7 +219,10 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         let source = match self {
             Error::NotNamespaced(_) => return ErrorClass::Stalled,
-            Error::Read { source, .. } | Error::Apply { source, .. } | Error::Status { source, .. } => source,
+            Error::Read { source, .. }
+            | Error::Apply { source, .. }
+            | Error::Review { source, .. }
+            | Error::Status { source, .. } => source,
         };
         match source {
             // The rendered object was refused as invalid: retrying the same object cannot help.
@@ -158,6 +239,7 @@ impl Error {
             Error::NotNamespaced(_) => "not_namespaced",
             Error::Read { .. } => "read",
             Error::Apply { .. } => "apply",
+            Error::Review { .. } => "review",
             Error::Status { .. } => "status",
         }
     }
@@ -191,9 +273,17 @@ pub struct Plan {
 }
 
 /// Decides what to do with `target` given the policy (or why it is invalid), the referenced
-/// Secrets as read, and whether KEDA is installed. Order: the admin's policy, then the tenant's
-/// spec (both need a human, so they are reported before waiting for a Secret), then the Secrets.
-pub fn plan(target: &CDTarget, policy: &Result<Policy, Vec<Problem>>, secrets: &SecretsRead, keda: bool) -> Plan {
+/// Secrets as read, whether KEDA is installed, and the referenced objects the agents may not be
+/// given ([`borrowed::refusals`]). Order: the admin's policy, then the tenant's spec, then the
+/// refused references (all three need a human, so they are reported before waiting for a
+/// Secret), then the Secrets.
+pub fn plan(
+    target: &CDTarget,
+    policy: &Result<Policy, Vec<Problem>>,
+    secrets: &SecretsRead,
+    keda: bool,
+    refused: &[Refusal],
+) -> Plan {
     let previous = target.status.as_ref().and_then(|s| s.rendered.clone());
     let keep = |health: Health, requeue: Duration| Plan { health, children: None, rendered: previous.clone(), requeue };
 
@@ -208,6 +298,15 @@ pub fn plan(target: &CDTarget, policy: &Result<Policy, Vec<Problem>>, secrets: &
         Ok(valid) => valid,
         Err(problems) => return keep(stalled(REASON_INVALID_SPEC, list(&problems)), STALLED_RESYNC),
     };
+    if !refused.is_empty() {
+        let secret = refused.iter().any(|r| r.resource == borrowed::Resource::Secret);
+        let reason = if secret { REASON_SECRET_NOT_ALLOWED } else { REASON_CONFIG_MAP_NOT_ALLOWED };
+        let each = refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+        return keep(
+            stalled(reason, format!("{each}. Nothing was applied; running children are left as they are")),
+            STALLED_RESYNC,
+        );
+    }
     let digests = match secret_digests(target, secrets) {
         Ok(digests) => digests,
         Err(message) => {
@@ -299,22 +398,35 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
     let namespace = target.namespace().ok_or_else(|| Error::NotNamespaced(name.clone()))?;
 
     let policy = read_policy(&ctx).await?;
-    let secrets = read_secrets(&ctx.client, &namespace, &target).await?;
-    let plan = plan(&target, &policy, &secrets, ctx.keda.installed());
+    let references = borrowed::references(&target);
+    let secrets = read_secrets(&ctx.client, &namespace, &references).await?;
+    let identities = ctx.tenants.of(&ctx.client, &ctx.policy_namespace, &namespace).await?;
+    let answers = ask(&ctx.client, &borrowed::questions(&references, &identities)).await?;
+    let refused = borrowed::refusals(&namespace, &references, &secrets, &identities, &answers);
+    let data: SecretsRead =
+        secrets.into_iter().map(|(name, secret)| (name, secret.map(|s| s.data.unwrap_or_default()))).collect();
+    let plan = plan(&target, &policy, &data, ctx.keda.installed(), &refused);
 
     let result = match &plan.children {
-        Some(children) => apply_children(&ctx.client, &namespace, children).await,
-        None => Ok(()),
+        Some(children) => write_children(&ctx.client, &namespace, &target, children).await,
+        None => Ok(Written::Nothing),
     };
     let (health, requeue) = match &result {
-        Ok(()) => (plan.health.clone(), plan.requeue),
+        Ok(Written::Conflicts(conflicts)) => {
+            (stalled(REASON_NAME_CONFLICT, children::conflict_message(conflicts)), STALLED_RESYNC)
+        }
+        Ok(_) => (plan.health.clone(), plan.requeue),
         // The condition tells the same story as the requeue `error_policy` will pick.
         Err(e) if e.class() == ErrorClass::Stalled => {
             (Health::Stalled { reason: REASON_API_ERROR.into(), message: e.to_string() }, STALLED_RESYNC)
         }
         Err(e) => (Health::Progressing { reason: REASON_API_ERROR.into(), message: e.to_string() }, TRANSIENT_RETRY),
     };
-    let rendered = if result.is_ok() { plan.rendered } else { target.status.as_ref().and_then(|s| s.rendered.clone()) };
+    // A plan without children already carries the previous summary; a failed write keeps it too.
+    let rendered = match (&plan.children, &result) {
+        (None, _) | (Some(_), Ok(Written::Children)) => plan.rendered,
+        _ => target.status.as_ref().and_then(|s| s.rendered.clone()),
+    };
     let status = next_status(&target, &health, rendered, &Time(Timestamp::now()));
     let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let transition = super::events::transition(previous, &status.conditions);
@@ -333,58 +445,122 @@ async fn read_policy(ctx: &Context) -> Result<Result<Policy, Vec<Problem>>, Erro
     })
 }
 
-/// Every referenced Secret that has a usable name; an invalid name is reported by validation.
-async fn read_secrets(client: &Client, namespace: &str, target: &CDTarget) -> Result<SecretsRead, Error> {
+/// Every referenced Secret, read once (`None`: it does not exist). Their data feeds the digests;
+/// their type and annotations the ServiceAccount-token rule.
+async fn read_secrets(
+    client: &Client,
+    namespace: &str,
+    references: &[borrowed::Reference],
+) -> Result<BTreeMap<String, Option<Secret>>, Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let mut secrets = SecretsRead::new();
-    for name in render::referenced_secrets(target) {
-        if name.is_empty() || secrets.contains_key(name) {
-            continue;
-        }
+    let mut secrets = BTreeMap::new();
+    for name in borrowed::secret_names(references) {
         let secret = api.get_opt(name).await.map_err(|source| Error::Read {
             kind: "Secret",
             name: format!("{namespace}/{name}"),
             source,
         })?;
-        secrets.insert(name.to_owned(), secret.map(|s| s.data.unwrap_or_default()));
+        secrets.insert(name.to_owned(), secret);
     }
     Ok(secrets)
 }
 
-/// Applies the children in order: the TriggerAuthentication before the ScaledObject using it.
-async fn apply_children(client: &Client, namespace: &str, children: &Children) -> Result<(), Error> {
-    if let Some(auth) = &children.trigger_authentication {
-        apply::<TriggerAuthentication>(client, namespace, auth).await?;
+/// Asks the API server every question with a `SubjectAccessReview`.
+async fn ask(client: &Client, questions: &[borrowed::Question]) -> Result<borrowed::Answers, Error> {
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let mut answers = borrowed::Answers::new();
+    for question in questions {
+        let answer =
+            api.create(&PostParams::default(), &borrowed::access_review(question)).await.map_err(|source| {
+                Error::Review {
+                    user: question.identity.user(),
+                    object: format!("{} {}/{}", question.resource.kind(), question.identity.namespace, question.name),
+                    source,
+                }
+            })?;
+        answers.insert(question.clone(), borrowed::allowed(&answer));
     }
-    apply::<NetworkPolicy>(client, namespace, &children.network_policy).await?;
-    apply::<Deployment>(client, namespace, &children.deployment).await?;
-    if let Some(scaled) = &children.scaled_object {
-        apply::<ScaledObject>(client, namespace, scaled).await?;
-    }
-    Ok(())
+    Ok(answers)
 }
 
-async fn apply<K>(client: &Client, namespace: &str, object: &K) -> Result<(), Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let name = object.name_any();
-    let failed = |source| Error::Apply { kind: K::kind(&()).into_owned(), name: format!("{namespace}/{name}"), source };
-    // An unchanged cycle sends no write: the live object already holds every rendered field.
-    if let Some(live) = api.get_opt(&name).await.map_err(failed)? {
-        let desired = serde_json::to_value(object).unwrap_or_default();
-        if crate::apply::drift::live_matches(&desired, &serde_json::to_value(&live).unwrap_or_default()) {
-            return Ok(());
-        }
+/// What [`write_children`] did.
+#[derive(Debug)]
+enum Written {
+    /// Nothing was planned.
+    Nothing,
+    /// Every child is in place (written where it was missing or had drifted).
+    Children,
+    /// An object with a child's name is not ours: nothing was written.
+    Conflicts(Vec<Conflict>),
+}
+
+/// Reads every child's live object, decides with [`children::plan`] whether the children may be
+/// written at all, and applies those missing or drifted, in order (the TriggerAuthentication
+/// before the ScaledObject using it).
+async fn write_children(
+    client: &Client,
+    namespace: &str,
+    target: &CDTarget,
+    children: &Children,
+) -> Result<Written, Error> {
+    let mut objects: Vec<(ApiResource, Value)> = Vec::new();
+    if let Some(auth) = &children.trigger_authentication {
+        objects.push(as_value(auth));
     }
+    objects.push(as_value(&children.network_policy));
+    objects.push(as_value(&children.deployment));
+    if let Some(scaled) = &children.scaled_object {
+        objects.push(as_value(scaled));
+    }
+
+    let mut observed = Vec::with_capacity(objects.len());
+    for (resource, desired) in &objects {
+        let name = desired.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+        let failed = |source| Error::Apply { kind: resource.kind.clone(), name: format!("{namespace}/{name}"), source };
+        let live = api.get_opt(&name).await.map_err(failed)?.and_then(|live| serde_json::to_value(live).ok());
+        observed.push(children::Observed {
+            kind: resource.kind.clone(),
+            namespace: namespace.to_owned(),
+            name,
+            desired: desired.clone(),
+            live,
+        });
+    }
+    let writes = match children::plan(&observed, target.meta().uid.as_deref()) {
+        Ok(writes) => writes,
+        Err(conflicts) => return Ok(Written::Conflicts(conflicts)),
+    };
+
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &params, &Patch::Apply(object)).await.map_err(failed)?;
-    Ok(())
+    for ((resource, desired), (child, write)) in objects.iter().zip(observed.iter().zip(writes)) {
+        let mut body = desired.clone();
+        match write {
+            Write::Nothing => continue,
+            Write::Create => {}
+            // The apply is refused (409) if the object changed since its owner was checked.
+            Write::Update { resource_version } => {
+                if let (Some(version), Some(meta)) = (resource_version, body.get_mut("metadata")) {
+                    meta["resourceVersion"] = Value::String(version);
+                }
+            }
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+        api.patch(&child.name, &params, &Patch::Apply(&body)).await.map_err(|source| Error::Apply {
+            kind: child.kind.clone(),
+            name: format!("{namespace}/{}", child.name),
+            source,
+        })?;
+    }
+    Ok(Written::Children)
+}
+
+/// A child as its API resource and the JSON it is applied as.
+fn as_value<K>(object: &K) -> (ApiResource, Value)
+where
+    K: Resource<DynamicType = ()> + serde::Serialize,
+{
+    (ApiResource::erase::<K>(&()), serde_json::to_value(object).unwrap_or_default())
 }
 
 /// Writes status once, only when it changed.
@@ -437,7 +613,7 @@ mod tests {
 
     #[test]
     fn invalid_spec_is_reported_before_a_missing_secret_and_applies_nothing() {
-        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), true);
+        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), true, &[]);
         assert!(
             matches!(&plan.health, Health::Stalled { reason, message } if reason == REASON_INVALID_SPEC && message.starts_with("spec.ip[0]: "))
         );
@@ -446,14 +622,14 @@ mod tests {
 
     #[test]
     fn empty_token_waits_without_revealing_secret_content() {
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), true);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), true, &[]);
         assert_eq!(reason(&plan.health), REASON_SECRET_NOT_FOUND);
         assert_eq!((plan.children, plan.requeue), (None, WAIT_RETRY));
     }
 
     #[test]
     fn without_keda_no_autoscaler_is_planned() {
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false, &[]);
         assert_eq!(reason(&plan.health), REASON_KEDA_NOT_INSTALLED);
         let children = plan.children.expect("children");
         assert!(children.scaled_object.is_none() && children.trigger_authentication.is_none());
@@ -465,8 +641,29 @@ mod tests {
         let previous = RenderedSummary { deployment: "agents".into(), ..RenderedSummary::default() };
         target.status = Some(CDTargetStatus { rendered: Some(previous.clone()), ..CDTargetStatus::default() });
         let problems = Err(vec![Problem::field("data.ports", "bad")]);
-        let plan = plan(&target, &problems, &token("pat"), true);
+        let plan = plan(&target, &problems, &token("pat"), true, &[]);
         assert_eq!(reason(&plan.health), REASON_INVALID_POLICY);
         assert_eq!(plan.rendered, Some(previous));
+    }
+
+    #[test]
+    fn a_refused_reference_stalls_before_a_missing_secret_is_awaited_and_applies_nothing() {
+        let refused = [Refusal {
+            field: "spec.caCertRef".into(),
+            resource: borrowed::Resource::Secret,
+            namespace: "team-a".into(),
+            name: "builder-token".into(),
+            why: borrowed::Why::ServiceAccountToken,
+        }];
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &SecretsRead::new(), true, &refused);
+        assert_eq!(
+            (reason(&plan.health), plan.children, plan.requeue),
+            (REASON_SECRET_NOT_ALLOWED, None, STALLED_RESYNC)
+        );
+        let Health::Stalled { message, .. } = &plan.health else { panic!("{:?}", plan.health) };
+        assert!(
+            message.starts_with("spec.caCertRef: Secret team-a/builder-token is a ServiceAccount token"),
+            "{message}"
+        );
     }
 }

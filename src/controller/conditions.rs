@@ -3,6 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::source::error::redact_userinfo;
+
 /// `Ready`: the object is reconciled and what it describes is in place.
 pub const READY: &str = "Ready";
 /// `Reconciling`: work is under way or will be retried.
@@ -39,7 +41,8 @@ pub enum Health {
     },
 }
 
-/// Sets condition `kind`, keeping its `lastTransitionTime` when the status did not change.
+/// Sets condition `kind`, keeping its `lastTransitionTime` when the status did not change. The
+/// message is cleared of URL userinfo (`https://user:token@host` → `https://***@host`).
 pub fn set(
     conditions: &mut Vec<Condition>,
     kind: &str,
@@ -50,7 +53,8 @@ pub fn set(
     now: &Time,
 ) {
     let status = if status { "True" } else { "False" }.to_owned();
-    let message = truncate(message);
+    // Every condition (and so every Event, which quotes one) passes here: no URL userinfo leaves.
+    let message = truncate(&redact_userinfo(message));
     match conditions.iter_mut().find(|c| c.type_ == kind) {
         Some(existing) => {
             if existing.status != status {
@@ -152,6 +156,14 @@ mod tests {
         summarize(&mut conditions, &ready, Some(3), &at(3));
         assert_eq!(conditions.len(), 1);
         assert!(is_true(&conditions, READY));
+    }
+
+    #[test]
+    fn url_userinfo_never_reaches_a_condition() {
+        let mut conditions = Vec::new();
+        let message = "fetching https://oauth2:glpat-s3cr3t@gitlab.example.com/team/repo.git: Unreachable";
+        set(&mut conditions, READY, false, "Unreachable", message, None, &at(1));
+        assert_eq!(conditions[0].message, "fetching https://***@gitlab.example.com/team/repo.git: Unreachable");
     }
 
     #[test]

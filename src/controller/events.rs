@@ -50,7 +50,8 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
     let event = Event {
         type_: if transition.warning { EventType::Warning } else { EventType::Normal },
         reason: transition.reason,
-        note: Some(transition.note),
+        // Already clean when it comes from a condition; an Event is kept for an hour: be sure.
+        note: Some(crate::source::error::redact_userinfo(&transition.note)),
         action: "Reconcile".into(),
         secondary: None,
     };

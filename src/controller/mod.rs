@@ -1,7 +1,11 @@
 //! The controller: the TenantRepository and CDTarget reconcilers (`tenant_repository`,
-//! `cdtarget`), the process that runs them (`run`), and what they share.
+//! `cdtarget`), the process that runs them (`run`), and what they share. What a CDTarget may lend
+//! its agents (`borrowed`) and which children it may write (`children`) are pure decisions of
+//! the CDTarget reconciler.
 
+pub mod borrowed;
 pub mod cdtarget;
+pub mod children;
 pub mod conditions;
 pub mod events;
 pub mod gitlab_step;

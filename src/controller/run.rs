@@ -28,7 +28,7 @@ use crate::api::labels;
 use crate::api::{CDTarget, TenantRepository};
 use crate::controller::{cdtarget, tenant_repository};
 use crate::gitlab;
-use crate::render;
+use crate::source::error::redact_userinfo;
 use crate::source::{self, Fetcher};
 use crate::telemetry::{self, LogFormat, State};
 use crate::webhook;
@@ -112,6 +112,11 @@ pub struct Args {
     #[arg(long, env = "CDTARGET_WEBHOOK_IN_FLIGHT_MIB", default_value_t = 32, value_name = "MIB",
           value_parser = clap::value_parser!(u32).range(3..))]
     pub webhook_in_flight_mib: u32,
+    /// ServiceAccount (in each tenant namespace) whose read rights bound the Secrets and
+    /// ConfigMaps a CDTarget may hand its agents in a namespace no TenantRepository applies into.
+    /// Unset: there, only ServiceAccount-token Secrets are refused.
+    #[arg(long, env = "CDTARGET_DEFAULT_TENANT_SERVICE_ACCOUNT", value_name = "NAME")]
+    pub default_tenant_service_account: Option<String>,
     /// Log format.
     #[arg(long, env = "CDTARGET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -491,6 +496,7 @@ async fn reconcile_until_stopped(
         policy_name: args.policy_configmap.clone(),
         keda: keda_flag.clone(),
         recorder: Some(recorder),
+        tenants: cdtarget::Tenants::new(args.default_tenant_service_account.clone()),
     });
     let shard = shard_config(args.shard_selector.as_deref());
     let controller_config = controller::Config::default().concurrency(args.reconcile_concurrency);
@@ -562,10 +568,11 @@ async fn drain<K, E1, E2>(
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(kind, %object, "reconciled"),
+                // URL userinfo never reaches the logs, whatever an error quotes.
                 Err(controller::Error::ReconcilerFailed(error, object)) => {
-                    warn!(kind, %object, error = %error, "reconcile failed")
+                    warn!(kind, %object, error = %redact_userinfo(&error.to_string()), "reconcile failed")
                 }
-                Err(error) => warn!(kind, error = %error, "controller"),
+                Err(error) => warn!(kind, error = %redact_userinfo(&error.to_string()), "controller"),
             }
         })
         .await;
@@ -789,7 +796,9 @@ pub fn cdtarget_controller(
         })
 }
 
-/// The CDTargets among `targets` that reference Secret `namespace/name` (token, proxy or CA).
+/// The CDTargets among `targets` that reference Secret `namespace/name` (token, proxy, CA,
+/// image pull Secret or `env[].valueFrom.secretKeyRef`): a change of any of them may change what
+/// the agents are given, or whether they may be given it.
 pub fn cdtargets_referencing_secret(
     namespace: &str,
     name: &str,
@@ -798,7 +807,11 @@ pub fn cdtargets_referencing_secret(
     targets
         .into_iter()
         .filter(|target| target.namespace().as_deref() == Some(namespace))
-        .filter(|target| render::referenced_secrets(target).contains(&name))
+        .filter(|target| {
+            crate::controller::borrowed::references(target)
+                .iter()
+                .any(|r| r.resource == crate::controller::borrowed::Resource::Secret && r.name == name)
+        })
         .map(|target| ObjectRef::from_obj(target.as_ref()))
         .collect()
 }

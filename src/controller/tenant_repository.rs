@@ -32,6 +32,7 @@ use crate::gitlab;
 use crate::manifests::{self, ApplySet, Content};
 use crate::policy::Policy;
 use crate::problem::Problem;
+use crate::source::error::redact_userinfo;
 use crate::source::{Credentials, FailureClass, Fetcher, Reference, Request, SourceError};
 
 /// Condition: the repository was fetched at the requested ref.
@@ -499,7 +500,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         }
         Observed::FetchFailed(error) => {
             let reason = error.kind.reason();
-            let message = format!("fetching {}: {}", repo.spec.url, error.message);
+            let message = format!("fetching {}: {}", redact_userinfo(&repo.spec.url), error.message);
             let verdict = Some(Verdict::new(false, reason, &message));
             match error.kind.class() {
                 FailureClass::Stalled => nothing(stalled(reason, message), verdict, None, STALLED_RESYNC),
@@ -1049,6 +1050,16 @@ mod tests {
         assert_eq!(refused().requeue, Some(STALLED_RESYNC), "a refused fetch alone stalls");
         assert_eq!(refused().with_gitlab(Some(synced(true))).requeue, Some(TRANSIENT_RETRY));
         assert_eq!(refused().with_gitlab(Some(synced(false))).requeue, Some(STALLED_RESYNC));
+    }
+
+    #[test]
+    fn a_failed_fetch_names_the_url_without_its_userinfo() {
+        let mut repo = repo(true, None);
+        repo.spec.url = "https://oauth2:glpat-in-the-url@gitlab.example.com/team/app.git".into();
+        let error = SourceError::new(FailureKind::Unreachable, "connection refused");
+        let plan = plan(&repo, Observed::FetchFailed(error), Duration::ZERO);
+        let message = plan.source_ready.expect("SourceReady").message;
+        assert_eq!(message, "fetching https://***@gitlab.example.com/team/app.git: connection refused");
     }
 
     #[test]

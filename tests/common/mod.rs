@@ -20,6 +20,7 @@
 // Each test binary uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod access_review;
 pub mod api_bridge;
 pub mod fake_gitlab;
 pub mod git_daemon;

@@ -183,6 +183,7 @@ impl Cluster {
             policy_name: POLICY.into(),
             keda: cdtarget_reconciler::Keda::new(true),
             recorder: None,
+            tenants: Default::default(),
         });
         let (registrations, registration_events) = mpsc::unbounded();
         let (targets, target_events) = mpsc::unbounded();

@@ -4,10 +4,13 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod borrowing;
 mod cdtarget;
 mod discovery;
 mod e2e;
 mod gitlab;
+mod leaks;
 mod run;
 mod support;
+mod takeover;
 mod tenant_repository;

@@ -1,10 +1,12 @@
 //! A fake cluster for the reconcilers: kube-fake-client with cdtarget's and KEDA's kinds, an
-//! interceptor that records every mutating request, and fixtures.
+//! interceptor that records every mutating request and answers SubjectAccessReviews, fixtures,
+//! and a scanner for leaked secrets.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
 use cdtarget::api::{AgentConfig, CDTarget, CDTargetSpec};
 use cdtarget::controller::cdtarget::{Context, reconcile};
 use k8s_openapi::ByteString;
@@ -14,6 +16,8 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use kube_fake_client::{ClientBuilder, interceptor};
 use serde_json::Value;
+
+use crate::common::access_review::AccessReviews;
 
 /// The tenant namespace of every test.
 pub const NAMESPACE: &str = "team-a";
@@ -35,6 +39,12 @@ pub struct Cluster {
     pub client: Client,
     /// Every create and patch (spec or status) sent, in order.
     pub writes: Writes,
+    /// The field manager of every patch: `Kind namespace/name manager`.
+    pub field_managers: Writes,
+    /// The body of every (non-status) patch, in order.
+    pub patches: Arc<Mutex<Vec<Value>>>,
+    /// Answers the SubjectAccessReviews the reconciler asks.
+    pub reviews: AccessReviews,
     keda: bool,
 }
 
@@ -45,10 +55,20 @@ fn kind_of(object: &Value) -> &str {
 /// Interceptors recording every create, patch, status patch and delete into `writes` as
 /// `create Kind namespace/name`, `patch Kind namespace/name`, `status namespace/name` and
 /// `delete namespace/name` (the TenantRepository and end-to-end tests).
+/// SubjectAccessReviews are answered by an [`AccessReviews`] allowing everything; they are
+/// questions, not writes, and are not recorded.
 pub fn recording_writes(writes: &Writes) -> interceptor::Funcs {
+    recording_writes_with(writes, AccessReviews::default())
+}
+
+/// [`recording_writes`], with SubjectAccessReviews answered by `reviews`.
+pub fn recording_writes_with(writes: &Writes, reviews: AccessReviews) -> interceptor::Funcs {
     let (on_create, on_patch, on_status, on_delete) = (writes.clone(), writes.clone(), writes.clone(), writes.clone());
     interceptor::Funcs::new()
         .create(move |ctx| {
+            if let Some(answer) = reviews.answer(ctx.object) {
+                return Ok(Some(answer));
+            }
             let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
             on_create.lock().unwrap().push(format!("create {} {}/{name}", kind_of(ctx.object), ctx.namespace));
             Ok(None)
@@ -87,9 +107,17 @@ impl Cluster {
         // kube-fake-client enables kube's default (ring) TLS features: pick one provider.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes = Writes::default();
+        let field_managers = Writes::default();
+        let reviews = AccessReviews::default();
         let (on_create, on_patch, on_status) = (writes.clone(), writes.clone(), writes.clone());
+        let (managers, answers) = (field_managers.clone(), reviews.clone());
+        let patches: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let bodies = patches.clone();
         let funcs = interceptor::Funcs::new()
             .create(move |ctx| {
+                if let Some(answer) = answers.answer(ctx.object) {
+                    return Ok(Some(answer));
+                }
                 let name = ctx.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
                 let ns = ctx.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
                 on_create.lock().unwrap().push(describe("create", ctx.object, ns, name));
@@ -97,6 +125,12 @@ impl Cluster {
             })
             .patch(move |ctx| {
                 on_patch.lock().unwrap().push(describe("patch", ctx.patch, ctx.namespace, ctx.name));
+                let manager = ctx.params.field_manager.as_deref().unwrap_or("-");
+                managers
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {manager}", describe("", ctx.patch, ctx.namespace, ctx.name).trim()));
+                bodies.lock().unwrap().push(ctx.patch.clone());
                 let kind = ctx.patch.get("kind").and_then(Value::as_str);
                 if rejected_kind.is_some() && kind == rejected_kind {
                     return Err(kube_fake_client::Error::InvalidRequest("spec.template: Invalid value".into()));
@@ -110,12 +144,13 @@ impl Cluster {
         let mut builder = ClientBuilder::new()
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
+            .with_resource::<TenantRepository>()
             .with_interceptor_funcs(funcs);
         if keda {
             builder = builder.with_resource::<ScaledObject>().with_resource::<TriggerAuthentication>();
         }
         let client = builder.build().await.expect("fake client");
-        Cluster { client, writes, keda }
+        Cluster { client, writes, field_managers, patches, reviews, keda }
     }
 
     /// The reconciler's context for this cluster.
@@ -126,7 +161,45 @@ impl Cluster {
             policy_name: POLICY.into(),
             keda: cdtarget::controller::cdtarget::Keda::new(self.keda),
             recorder: None,
+            tenants: Default::default(),
         })
+    }
+
+    /// Registers a TenantRepository applying into the tenant namespace as `service_account`:
+    /// the namespace's tenant identity.
+    pub async fn register_tenant(&self, name: &str, service_account: &str) {
+        let spec = TenantRepositorySpec {
+            url: "https://git.example.com/team-a.git".into(),
+            target_namespace: NAMESPACE.into(),
+            service_account_name: service_account.into(),
+            ..TenantRepositorySpec::default()
+        };
+        let mut repo = TenantRepository::new(name, spec);
+        repo.metadata.namespace = Some(PLATFORM.into());
+        let api: Api<TenantRepository> = Api::namespaced(self.client.clone(), PLATFORM);
+        api.create(&PostParams::default(), &repo).await.expect("create TenantRepository");
+    }
+
+    /// Creates a Secret of `type_` with `annotations` in the tenant namespace (what a tenant
+    /// with `create` on Secrets can do).
+    pub async fn put_typed_secret(&self, name: &str, type_: &str, annotations: &[(&str, &str)], data: &[(&str, &str)]) {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                annotations: Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
+                ..ObjectMeta::default()
+            },
+            type_: Some(type_.into()),
+            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
+            ..Secret::default()
+        };
+        self.api::<Secret>().create(&PostParams::default(), &secret).await.expect("create Secret");
+    }
+
+    /// Deletes the CDTarget `name`. kube-fake-client cascades a (background) deletion to every
+    /// object listing its uid in `ownerReferences`, as the garbage collector does.
+    pub async fn delete_target(&self, name: &str) {
+        self.api::<CDTarget>().delete(name, &Default::default()).await.expect("delete CDTarget");
     }
 
     /// Typed access to a namespaced kind in the tenant namespace.
@@ -191,6 +264,12 @@ impl Cluster {
         reconcile(Arc::new(target), self.context()).await.expect("reconcile")
     }
 
+    /// Reads CDTarget `name` and reconciles it once with `ctx`.
+    pub async fn reconcile_named(&self, name: &str, ctx: Arc<Context>) -> Action {
+        let target = self.api::<CDTarget>().get(name).await.expect("get CDTarget");
+        reconcile(Arc::new(target), ctx).await.expect("reconcile")
+    }
+
     /// Forgets the writes recorded so far.
     pub fn clear_writes(&self) {
         self.writes.lock().unwrap().clear();
@@ -200,6 +279,13 @@ impl Cluster {
     pub fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap().clone()
     }
+}
+
+/// [`target`] named `name`.
+pub fn target_named(name: &str) -> CDTarget {
+    let mut target = target();
+    target.metadata.name = Some(name.into());
+    target
 }
 
 /// A valid CDTarget `agents` in `team-a`, reading its token from `azp-token`.
@@ -234,4 +320,154 @@ pub async fn cluster_with_target(keda: bool) -> Cluster {
 /// The uid of the stored CDTarget.
 pub async fn uid(cluster: &Cluster) -> String {
     cluster.target().await.uid().expect("the fake sets a uid")
+}
+
+// === leaked secrets ===
+
+/// The secret values of a test's fixtures (tokens, passwords, private keys, webhook tokens and
+/// paths, URL userinfo), and the check that none of them appears in what the controllers wrote.
+/// Each value is also looked for in base64, and a PEM key line by line.
+#[derive(Clone, Debug, Default)]
+pub struct SecretScanner {
+    /// `(what it is, the text to look for)`.
+    needles: Vec<(String, String)>,
+}
+
+/// One secret found where it must not be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leak {
+    /// Where: `status of CDTarget team-a/agents`, `Event ...`, `logs`.
+    pub place: String,
+    /// Which secret (its label, never its value).
+    pub secret: String,
+}
+
+impl SecretScanner {
+    /// No secrets yet.
+    pub fn new() -> Self {
+        SecretScanner::default()
+    }
+
+    /// Looks for `value` (labelled `label`) and its base64 form; a multi-line value (a PEM key)
+    /// is looked for line by line (lines of 16 characters or more: the key material).
+    pub fn secret(&mut self, label: &str, value: &str) -> &mut Self {
+        use base64::Engine;
+        let lines: Vec<&str> = value.lines().map(str::trim).filter(|l| l.len() >= 16).collect();
+        let parts = if lines.len() > 1 { lines } else { vec![value.trim()] };
+        for part in parts {
+            self.needles.push((label.to_owned(), part.to_owned()));
+            self.needles.push((format!("{label} (base64)"), base64::engine::general_purpose::STANDARD.encode(part)));
+        }
+        self
+    }
+
+    /// Every secret found in `text`, and any URL carrying userinfo other than the redacted
+    /// `***@`, as found at `place`.
+    pub fn leaks(&self, place: &str, text: &str) -> Vec<Leak> {
+        let mut found: Vec<Leak> = self
+            .needles
+            .iter()
+            .filter(|(_, needle)| text.contains(needle.as_str()))
+            .map(|(label, _)| Leak { place: place.to_owned(), secret: label.clone() })
+            .collect();
+        if has_userinfo(text) {
+            found.push(Leak { place: place.to_owned(), secret: "URL userinfo".into() });
+        }
+        found.dedup();
+        found
+    }
+}
+
+/// Whether some `scheme://user[:password]@host` in `text` has userinfo other than `***`.
+fn has_userinfo(text: &str) -> bool {
+    text.match_indices("://").any(|(at, _)| {
+        let rest = &text[at + 3..];
+        let end = rest.find(|c: char| c == '/' || c.is_whitespace() || "\"'\\,;)]}".contains(c)).unwrap_or(rest.len());
+        rest[..end].rsplit_once('@').is_some_and(|(userinfo, _)| userinfo != "***")
+    })
+}
+
+/// Everything the controllers wrote into the cluster, as `(place, JSON text)`: the status of
+/// every CDTarget and TenantRepository, and every Event (events.k8s.io/v1 and core/v1), in
+/// every namespace. `status.webhookPath` of a registration is left out: it is the one place the
+/// receiver path is meant to be (the platform namespace), and it is checked against its own
+/// registration instead.
+pub async fn written_by_controllers(client: &Client) -> Vec<(String, String)> {
+    let mut written = Vec::new();
+    for target in Api::<CDTarget>::all(client.clone()).list(&Default::default()).await.expect("list CDTargets").items {
+        let place = format!("status of CDTarget {}/{}", target.namespace().unwrap_or_default(), target.name_any());
+        written.push((place, serde_json::to_string(&target.status).unwrap()));
+    }
+    let registrations = Api::<TenantRepository>::all(client.clone()).list(&Default::default()).await.expect("list");
+    for repo in registrations.items {
+        let place = format!("status of TenantRepository {}/{}", repo.namespace().unwrap_or_default(), repo.name_any());
+        let mut status = serde_json::to_value(&repo.status).unwrap();
+        if let Some(status) = status.as_object_mut() {
+            status.remove("webhookPath");
+        }
+        written.push((place, status.to_string()));
+    }
+    let events = Api::<k8s_openapi::api::events::v1::Event>::all(client.clone()).list(&Default::default()).await;
+    for event in events.expect("list Events").items {
+        written.push((format!("Event {}", event.name_any()), serde_json::to_string(&event).unwrap()));
+    }
+    let core_events = Api::<k8s_openapi::api::core::v1::Event>::all(client.clone()).list(&Default::default()).await;
+    for event in core_events.expect("list core Events").items {
+        written.push((format!("core Event {}", event.name_any()), serde_json::to_string(&event).unwrap()));
+    }
+    written
+}
+
+/// Log output of the current thread while it is alive: every level of every target, as the
+/// controller's text logs would show it.
+pub struct LogCapture {
+    buffer: Arc<Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl LogCapture {
+    /// Starts capturing (on this thread: use a current-thread runtime).
+    pub fn start() -> LogCapture {
+        let buffer: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || CaptureWriter(sink.clone()))
+            .finish();
+        LogCapture { buffer, _guard: tracing::subscriber::set_default(subscriber) }
+    }
+
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.buffer.lock().unwrap()).into_owned()
+    }
+}
+
+struct CaptureWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_scanner_finds_values_their_base64_key_lines_and_userinfo() {
+    let mut scanner = SecretScanner::new();
+    scanner.secret("token", "glpat-0123456789abcdef").secret(
+        "key",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n",
+    );
+    assert_eq!(scanner.leaks("x", "fine: https://***@host/repo and ssh://127.0.0.1/x"), []);
+    let labels = |text: &str| scanner.leaks("x", text).into_iter().map(|l| l.secret).collect::<Vec<_>>();
+    assert_eq!(labels("token glpat-0123456789abcdef"), ["token"]);
+    assert_eq!(labels("Z2xwYXQtMDEyMzQ1Njc4OWFiY2RlZg=="), ["token (base64)"]);
+    assert_eq!(labels("…b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ…"), ["key"]);
+    assert_eq!(labels("fetching https://oauth2:other@host/repo"), ["URL userinfo"]);
 }

@@ -55,23 +55,33 @@ pub(crate) struct Fixture {
 
 impl Fixture {
     pub(crate) async fn new() -> Fixture {
-        Fixture::with_fake(|builder| builder).await
+        Fixture::build(|builder| builder, false).await
     }
 
     /// A fixture whose fake also knows what `extend` registers (custom resources of a test).
     pub(crate) async fn with_fake(extend: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Fixture {
+        Fixture::build(extend, false).await
+    }
+
+    /// A fixture whose API server returns `metadata.managedFields`, as a real one does.
+    pub(crate) async fn with_managed_fields() -> Fixture {
+        Fixture::build(|builder| builder, true).await
+    }
+
+    async fn build(extend: impl FnOnce(ClientBuilder) -> ClientBuilder, managed_fields: bool) -> Fixture {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes: Writes = Arc::default();
         let funcs = recording_writes(&writes);
-        let fake = extend(ClientBuilder::new())
+        let mut builder = extend(ClientBuilder::new())
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
             .with_resource::<TenantRepository>()
             .with_status_subresource::<TenantRepository>()
-            .with_interceptor_funcs(funcs)
-            .build()
-            .await
-            .expect("fake client");
+            .with_interceptor_funcs(funcs);
+        if managed_fields {
+            builder = builder.with_return_managed_fields();
+        }
+        let fake = builder.build().await.expect("fake client");
         let upstream = Upstream::new();
         let repo = upstream.create("tenant.git");
         let bridge = ApiBridge::start(fake, Record::All).await;
@@ -467,4 +477,70 @@ async fn spec_timeout_bounds_the_fetch_of_that_registration() {
     assert_eq!((source_ready.status.as_str(), source_ready.reason.as_str()), ("False", "Timeout"));
     assert!(source_ready.message.contains("took longer than 1s"), "{}", source_ready.message);
     assert_eq!(fixture.writes(), [format!("status {PLATFORM}/{REPO}")], "only the status is written");
+}
+
+/// The `fieldManager` query parameter of a request, if any.
+fn field_manager(request: &WireRequest) -> Option<&str> {
+    let query = request.path.split_once('?')?.1;
+    query.split('&').find_map(|pair| pair.strip_prefix("fieldManager="))
+}
+
+#[tokio::test]
+async fn tenant_applies_use_their_own_field_manager_and_the_controllers_status_its_own() {
+    let (fixture, _) = applied_once().await;
+    fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "change");
+    fixture.reconcile().await;
+    let wire = fixture.bridge.requests();
+    let patches: Vec<(&str, Option<&str>)> =
+        wire.iter().filter(|r| r.method == "PATCH").map(|r| (r.path.as_str(), field_manager(r))).collect();
+    let tenant: Vec<_> = patches.iter().filter(|(path, _)| path.contains(&format!("/namespaces/{TENANT}/"))).collect();
+    assert!(tenant.len() >= 3, "{patches:#?}");
+    assert!(tenant.iter().all(|(_, manager)| *manager == Some(server_side::TENANT_FIELD_MANAGER)), "{patches:#?}");
+    let status: Vec<_> =
+        patches.iter().filter(|(path, _)| path.split('?').next().unwrap().ends_with("/status")).collect();
+    assert_eq!(status.len(), 1, "{patches:#?}");
+    assert_eq!(status[0].1, Some(cdtarget::api::FIELD_MANAGER));
+}
+
+#[tokio::test]
+async fn fields_a_tenant_applied_under_the_old_field_manager_are_released_once_after_an_upgrade() {
+    use kube::api::{Patch, PatchParams};
+
+    let fixture = Fixture::with_managed_fields().await;
+    // What the previous version left: the tenant's ConfigMap applied by field manager `cdtarget`,
+    // with a key the tenant has removed from Git since.
+    let old = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": TENANT},
+        "data": {"value": "1", "removed-from-git": "x"},
+    });
+    fixture
+        .tenant::<ConfigMap>()
+        .patch("settings", &PatchParams::apply(server_side::LEGACY_TENANT_FIELD_MANAGER).force(), &Patch::Apply(&old))
+        .await
+        .expect("apply as the old version did");
+    fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "1"))], "first");
+    fixture.register(|_| {}).await;
+
+    fixture.reconcile().await;
+    let settings_patches = |fixture: &Fixture| -> Vec<String> {
+        fixture
+            .bridge
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.contains("/configmaps/settings"))
+            .map(|r| format!("{} force={}", field_manager(r).unwrap_or("-"), r.path.contains("force=true")))
+            .collect()
+    };
+    assert_eq!(
+        settings_patches(&fixture),
+        ["cdtarget-tenant force=true", "cdtarget force=false"],
+        "applied as the tenant manager, then the old manager's ownership released with an empty apply"
+    );
+    assert_eq!(fixture.config_map("settings").await.unwrap().data.unwrap()["value"], "1");
+
+    // Released once: the next apply of the object sends the tenant manager's apply only.
+    fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "second");
+    fixture.reconcile().await;
+    assert_eq!(settings_patches(&fixture), ["cdtarget-tenant force=true"]);
 }

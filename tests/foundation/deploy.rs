@@ -348,3 +348,60 @@ fn controller_runs_non_root_with_a_read_only_root_filesystem() {
     assert_eq!(service_ports, [9292, 8080]);
     assert_eq!(service["spec"]["selector"], deployment["spec"]["selector"]["matchLabels"]);
 }
+
+#[test]
+fn the_example_tenant_namespace_refuses_service_account_token_secrets_and_pods_as_the_apply_identity() {
+    let file = "examples/platform/tenant-rbac.yaml";
+    let namespace = find(file, "Namespace", "team-payments");
+    assert!(namespace.pointer("/metadata/labels/cdtarget.io~1tenant").is_some(), "the policies select by this label");
+    let account = find(file, "ServiceAccount", "cdtarget-tenant");
+    assert_eq!(account["automountServiceAccountToken"], false);
+
+    let policy = |name: &str, resource: &str, operation: &str| -> String {
+        let policy = find(file, "ValidatingAdmissionPolicy", name);
+        let constraints = &policy["spec"]["matchConstraints"];
+        let selector = &constraints["namespaceSelector"]["matchExpressions"][0];
+        assert_eq!(
+            (selector["key"].as_str(), selector["operator"].as_str()),
+            (Some("cdtarget.io/tenant"), Some("Exists"))
+        );
+        let rule = &constraints["resourceRules"][0];
+        assert_eq!(strings(&rule["resources"]), [resource], "{name}");
+        assert!(strings(&rule["operations"]).contains(&operation), "{name}");
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail", "{name}");
+        let binding = find(file, "ValidatingAdmissionPolicyBinding", name);
+        assert_eq!(binding["spec"]["policyName"], name);
+        assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"], "{name}");
+        policy["spec"]["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["expression"].as_str().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let secrets = policy("cdtarget-tenant-no-service-account-token-secrets", "secrets", "CREATE");
+    assert!(secrets.contains("'kubernetes.io/service-account-token'"), "{secrets}");
+    assert!(secrets.contains("'kubernetes.io/service-account.name'"), "{secrets}");
+    let pods = policy("cdtarget-tenant-no-pods-as-the-apply-identity", "pods", "CREATE");
+    assert!(pods.contains("'cdtarget-tenant'"), "the impersonated ServiceAccount: {pods}");
+
+    // The Role grants no token minting through the TokenRequest API either.
+    for (role, rule) in rules(&[file]) {
+        assert!(!strings(&rule["resources"]).contains(&"serviceaccounts/token"), "{role}: {rule}");
+    }
+}
+
+#[test]
+fn the_controller_may_ask_subject_access_reviews_and_nothing_else_of_that_group() {
+    let cluster_role = find("deploy/rbac.yaml", "ClusterRole", "cdtarget-controller");
+    let reviews: Vec<&Value> = cluster_role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| strings(&r["apiGroups"]).contains(&"authorization.k8s.io"))
+        .collect();
+    assert_eq!(reviews.len(), 1, "{reviews:?}");
+    assert_eq!(strings(&reviews[0]["resources"]), ["subjectaccessreviews"]);
+    assert_eq!(strings(&reviews[0]["verbs"]), ["create"]);
+}
