@@ -405,3 +405,40 @@ fn the_controller_may_ask_subject_access_reviews_and_nothing_else_of_that_group(
     assert_eq!(strings(&reviews[0]["resources"]), ["subjectaccessreviews"]);
     assert_eq!(strings(&reviews[0]["verbs"]), ["create"]);
 }
+
+#[test]
+fn the_example_tenant_namespace_refuses_agent_labels_on_every_pod_template_but_the_controllers() {
+    let file = "examples/platform/tenant-rbac.yaml";
+    let name = "cdtarget-tenant-no-agent-labels";
+    let policy = find(file, "ValidatingAdmissionPolicy", name);
+    let constraints = &policy["spec"]["matchConstraints"];
+    assert_eq!(constraints["namespaceSelector"]["matchExpressions"][0]["key"], "cdtarget.io/tenant");
+    let covered: Vec<&str> =
+        constraints["resourceRules"].as_array().unwrap().iter().flat_map(|rule| strings(&rule["resources"])).collect();
+    for kind in [
+        "pods",
+        "replicationcontrollers",
+        "deployments",
+        "replicasets",
+        "statefulsets",
+        "daemonsets",
+        "jobs",
+        "cronjobs",
+    ] {
+        assert!(covered.contains(&kind), "{kind} can carry a pod template: {covered:?}");
+    }
+    let exempt = policy["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
+    let controller = find("deploy/serviceaccount.yaml", "ServiceAccount", "cdtarget");
+    let user = format!(
+        "'system:serviceaccount:{}:{}'",
+        controller["metadata"]["namespace"].as_str().unwrap(),
+        controller["metadata"]["name"].as_str().unwrap()
+    );
+    assert!(exempt.contains(&user), "the controller writes the agents' template: {exempt}");
+    assert!(!exempt.contains("cdtarget-tenant"), "the tenant's identity is never exempt: {exempt}");
+    let rule = policy["spec"]["validations"][0]["expression"].as_str().unwrap();
+    assert!(rule.contains("'cdtarget.io/'"), "{rule}");
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    let binding = find(file, "ValidatingAdmissionPolicyBinding", name);
+    assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+}
