@@ -178,3 +178,38 @@ fn is_kind(kind: &str) -> bool {
         && kind.bytes().all(|b| b.is_ascii_alphanumeric())
         && kind.as_bytes()[0].is_ascii_alphabetic()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn object(api_version: &str, kind: &str, spec: Value) -> Value {
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": NAMESPACE}, "spec": spec})
+    }
+
+    #[test]
+    fn the_oracle_accepts_an_ordinary_object() {
+        check_object(&object("apps/v1", "Deployment", json!({"template": {"metadata": {"labels": {"app": "x"}}}})));
+    }
+
+    #[test]
+    #[should_panic(expected = "is not a tenant's to apply")]
+    fn the_oracle_refuses_a_cilium_network_policy() {
+        check_object(&object("cilium.io/v2", "CiliumNetworkPolicy", json!({})));
+    }
+
+    #[test]
+    #[should_panic(expected = "inherits the agents' egress")]
+    fn the_oracle_refuses_a_job_template_wearing_the_agents_label() {
+        let template = json!({"metadata": {"labels": {labels::CDTARGET: "agents"}}});
+        check_object(&object("batch/v1", "CronJob", json!({"jobTemplate": {"spec": {"template": template}}})));
+    }
+
+    #[test]
+    #[should_panic(expected = "is not a Kubernetes kind name")]
+    fn the_oracle_refuses_a_kind_that_is_a_path() {
+        check_object(&object("v1", "../../secrets", json!({})));
+    }
+}

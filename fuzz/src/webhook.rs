@@ -140,7 +140,12 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The fuzz target for `scheme`.
 pub fn check(scheme: Scheme, data: &[u8]) {
-    let Ok(delivery) = Delivery::arbitrary_take_rest(Unstructured::new(data)) else { return };
+    if let Ok(delivery) = Delivery::arbitrary_take_rest(Unstructured::new(data)) {
+        check_delivery(scheme, &delivery);
+    }
+}
+
+fn check_delivery(scheme: Scheme, delivery: &Delivery) {
     let keys = keys();
     let secrets = match scheme {
         Scheme::GitlabSigned => Secrets::new(keys.token.clone(), Some(SigningKey::Key(keys.signing_key.clone()))),
@@ -160,7 +165,7 @@ pub fn check(scheme: Scheme, data: &[u8]) {
             headers.append(name, value);
         }
     }
-    let expected_id = add_proof(scheme, delivery.proof, &delivery, keys, &mut headers);
+    let expected_id = add_proof(scheme, delivery.proof, delivery, keys, &mut headers);
 
     let verdict = verify::verify(kind, &headers, &delivery.body, &secrets, NOW, TOLERANCE);
     match (scheme, delivery.proof, &verdict) {
@@ -261,5 +266,41 @@ fn check_synced_ref(body: &[u8], tracked: &Tracked) {
             assert!(hit, "a registration pinned to {sha} synced on another commit");
         }
         Tracked::Any => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEMES: [Scheme; 5] =
+        [Scheme::Gitlab, Scheme::GitlabSigned, Scheme::Github, Scheme::GenericHmac, Scheme::Generic];
+
+    fn delivery(proof: Proof, skew: i16) -> Delivery {
+        Delivery {
+            headers: vec![(HeaderChoice::Known(6), b"Push Hook".to_vec()), (HeaderChoice::Known(7), b"push".to_vec())],
+            body: br#"{"ref":"refs/heads/main","after":"0123"}"#.to_vec(),
+            proof,
+            skew,
+            id: b"id".to_vec(),
+            events: Vec::new(),
+            tracked: TrackedChoice::Branch("main".into()),
+        }
+    }
+
+    #[test]
+    fn the_harness_proof_verifies_and_its_forgeries_do_not_for_every_scheme() {
+        // check_delivery panics when a valid proof is refused or a forged one accepted.
+        for scheme in SCHEMES {
+            for (proof, skew) in [(Proof::Valid, 0), (Proof::Valid, -300), (Proof::Forged, 2), (Proof::Forged, 3), (Proof::None, 0)] {
+                check_delivery(scheme, &delivery(proof, skew));
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "synced on another ref")]
+    fn the_oracle_sees_a_sync_on_another_ref() {
+        check_synced_ref(br#"{"ref":"refs/heads/dev"}"#, &Tracked::Branch("main".into()));
     }
 }
