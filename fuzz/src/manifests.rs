@@ -48,6 +48,14 @@ const FORBIDDEN_KINDS: &[(&str, &str)] = &[
     ("policy.networking.k8s.io", "BaselineAdminNetworkPolicy"),
 ];
 
+/// What every CDTarget renders, under its own name.
+const CHILD_KINDS: [(&str, &str); 4] = [
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("apps", "Deployment"),
+    ("keda.sh", "ScaledObject"),
+    ("keda.sh", "TriggerAuthentication"),
+];
+
 /// The fuzz target.
 pub fn check(data: &[u8]) {
     let files: Vec<SourceFile> = data
@@ -93,9 +101,9 @@ pub fn check(data: &[u8]) {
             check_children(name, &children);
             super::address::assert_egress_within_policy(&children, &policy, "rendered NetworkPolicy");
             // Every child is a name the tenant could not take over by defining it too.
-            for kind in ["NetworkPolicy", "Deployment", "ScaledObject", "TriggerAuthentication"] {
-                let clash = defined.iter().any(|(_, k, n)| k == kind && n == name);
-                assert!(!clash, "CDTarget `{name}` renders a {kind} the tenant also defines");
+            for (group, kind) in CHILD_KINDS {
+                let clash = defined.iter().any(|(g, k, n)| g == group && k == kind && n == name);
+                assert!(!clash, "CDTarget `{name}` renders a {group}/{kind} the tenant also defines");
             }
         }
     }
