@@ -8,7 +8,8 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use cdtarget::api::CDTarget;
-use cdtarget::policy::{Policy, cidr};
+use cdtarget::policy::address::{self, Use};
+use cdtarget::policy::{Policy, cidr, outbound};
 use cdtarget::render::{self, Children, Scaling, SecretDigests};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde_json::json;
@@ -36,6 +37,8 @@ pub fn check(data: &[u8]) {
 
     for entry in &entries {
         check_parse(entry, &policy);
+        check_address(entry, &policy);
+        check_url(entry, &policy);
     }
     // The whole `ip` list, then the whole nameserver list, through the renderer.
     let as_ip = target(json!({ "ip": entries }));
@@ -59,6 +62,36 @@ fn check_parse(entry: &str, policy: &Policy) {
     }
     // Not a check of `parse` (it knows no policy), but of the oracle against the defaults.
     let _ = forbidden_reached(&net, &policy.forbidden);
+}
+
+/// The one address check, for every use: what it accepts is canonical, never every address,
+/// and reaches no forbidden range or NAT64 prefix in any spelling.
+fn check_address(entry: &str, policy: &Policy) {
+    let rules = policy.address_rules();
+    for purpose in [Use::Destination, Use::Nameserver, Use::UrlHost] {
+        let Ok(net) = address::check(entry, purpose, &rules) else { continue };
+        assert_eq!(net, net.trunc(), "`{entry}` accepted with host bits set");
+        assert!(net.prefix_len() > 0, "`{entry}` accepted as every address");
+        if let Some((reached, forbidden)) = forbidden_reached(&net, &policy.forbidden) {
+            panic!("`{entry}` accepted as {purpose:?} reaches {reached}, inside the forbidden range {forbidden}");
+        }
+        for nat64 in &policy.nat64_prefixes {
+            assert!(!overlaps(&net, nat64), "`{entry}` accepted as {purpose:?} overlaps the NAT64 prefix {nat64}");
+        }
+    }
+}
+
+/// The outbound URL check: an accepted URL is https, carries no user info, and its host is on
+/// the allow-list (the default policy lists only host names, so never a literal address).
+fn check_url(entry: &str, policy: &Policy) {
+    let Ok(url) = outbound::check_url(entry, &policy.allowed_url_hosts, &policy.address_rules()) else { return };
+    assert_eq!(url.scheme(), "https", "`{entry}` accepted without https");
+    assert!(url.username().is_empty() && url.password().is_none(), "`{entry}` accepted with user info");
+    let host = url.host_str().unwrap_or_default();
+    assert!(
+        host == "dev.azure.com" || host.strip_suffix(".visualstudio.com").is_some_and(|label| !label.is_empty() && !label.contains('.')),
+        "`{entry}` accepted with host `{host}`, not on the default allow-list"
+    );
 }
 
 /// A minimal valid CDTarget in `tenant-a` with `extra` merged into its spec.

@@ -11,8 +11,7 @@ pub mod address;
 pub mod known_hosts;
 pub mod manifests;
 pub mod policy;
-// Waits for `cdtarget::source::snapshot::write_tree` (issue #10, point 1); see fuzz/Cargo.toml.
-// pub mod snapshot;
+pub mod snapshot;
 pub mod webhook;
 
 /// Fuzz input as text: invalid UTF-8 is replaced, so every input reaches the parsers (whose
