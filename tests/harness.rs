@@ -1,6 +1,8 @@
-//! Self-tests of the loopback git servers in `tests/common`, with the git CLI as the client.
+//! Self-tests of the test harnesses: the loopback git servers in `tests/common` (with the git
+//! CLI as the client), and the replay of the fuzz corpora (`fuzz_corpora`).
 
 mod common;
+mod fuzz_corpora;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
