@@ -12,7 +12,12 @@ use std::path::{Path, PathBuf};
 
 use checks::webhook::Scheme;
 
-/// The targets replayed here; `snapshot_writer` joins them once the hardened writer is merged.
+/// The targets replayed here. `snapshot_writer` joins them once the hardened writer
+/// (`cdtarget::source::snapshot::write_tree`) is merged: enable `pub mod snapshot;` in
+/// `fuzz/src/lib.rs` and its `[[bin]]` in `fuzz/Cargo.toml`, add it here and to the filter of
+/// `every_fuzz_target_is_replayed_and_has_seeds`, add
+/// `replay("snapshot_writer", checks::snapshot::check)` as a test, and move the reproducers in
+/// `fuzz/pending/snapshot_writer/` to `fuzz/artifacts/snapshot_writer/`.
 const REPLAYED: [&str; 9] = [
     "manifests_load",
     "policy_parse",
