@@ -76,11 +76,8 @@ const TARGETS: &[&str] = &[
 ];
 
 /// File contents.
-const BLOBS: &[&str] = &[
-    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
-    "[url \"file:///\"]\n\tinsteadOf = https://\n",
-    "",
-];
+const BLOBS: &[&str] =
+    &["apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", "[url \"file:///\"]\n\tinsteadOf = https://\n", ""];
 
 /// The trees the fuzzer describes.
 #[derive(Arbitrary, Debug)]
@@ -123,7 +120,8 @@ pub fn check(data: &[u8]) {
     // Memory-backed when the machine has it: thousands of directories per second on a disk
     // wait for the disk, not for the writer.
     let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.expect("a temporary directory");
+    let base =
+        if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.expect("a temporary directory");
     let sandbox = (0..DEPTH).fold(base.path().to_path_buf(), |p, _| p.join("d")).join("sandbox");
     let outside = sandbox.join("outside");
     let snap = sandbox.join("snap");
@@ -175,7 +173,9 @@ fn build(repo: &Repository, forest: &Forest, outside: &Path) -> Option<Oid> {
                     };
                     ("40000".to_owned(), id)
                 }
-                Mode::Symlink => ("120000".to_owned(), odb.write(ObjectType::Blob, &link_target(&entry.content, outside)).ok()?),
+                Mode::Symlink => {
+                    ("120000".to_owned(), odb.write(ObjectType::Blob, &link_target(&entry.content, outside)).ok()?)
+                }
                 Mode::Commit => {
                     let mut sha = [7u8; 20];
                     if let Content::Arbitrary(bytes) = &entry.content {
