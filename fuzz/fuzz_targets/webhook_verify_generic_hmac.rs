@@ -1,4 +1,7 @@
 //! Fuzz target `webhook_verify_generic_hmac`: see `cdtarget_fuzz::webhook` for the input and the invariants.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| cdtarget_fuzz::webhook::check(cdtarget_fuzz::webhook::Scheme::GenericHmac, data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cdtarget_fuzz::webhook::check(
+    cdtarget_fuzz::webhook::Scheme::GenericHmac,
+    data
+));

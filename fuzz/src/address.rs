@@ -45,9 +45,11 @@ pub fn check(data: &[u8]) {
     if let Ok(children) = render::render(&as_ip, &policy, &SecretDigests::new(), Scaling::Keda) {
         assert_egress_within_policy(&children, &policy, "spec.ip");
     }
+    // Custom nameservers are refused by default; allowed here so they reach the address check.
+    let nameserver_policy = Policy { allow_custom_nameservers: true, ..Policy::default() };
     let as_nameservers = target(json!({ "dnsPolicy": "None", "dnsConfig": { "nameservers": entries } }));
-    if let Ok(children) = render::render(&as_nameservers, &policy, &SecretDigests::new(), Scaling::Keda) {
-        assert_egress_within_policy(&children, &policy, "spec.dnsConfig.nameservers");
+    if let Ok(children) = render::render(&as_nameservers, &nameserver_policy, &SecretDigests::new(), Scaling::Keda) {
+        assert_egress_within_policy(&children, &nameserver_policy, "spec.dnsConfig.nameservers");
     }
 }
 
@@ -89,7 +91,8 @@ fn check_url(entry: &str, policy: &Policy) {
     assert!(url.username().is_empty() && url.password().is_none(), "`{entry}` accepted with user info");
     let host = url.host_str().unwrap_or_default();
     assert!(
-        host == "dev.azure.com" || host.strip_suffix(".visualstudio.com").is_some_and(|label| !label.is_empty() && !label.contains('.')),
+        host == "dev.azure.com"
+            || host.strip_suffix(".visualstudio.com").is_some_and(|label| !label.is_empty() && !label.contains('.')),
         "`{entry}` accepted with host `{host}`, not on the default allow-list"
     );
 }

@@ -139,7 +139,8 @@ fn check_object(value: &Value) -> (String, String, String) {
 /// own agent pods.
 fn check_children(name: &str, children: &Children) {
     let own = std::collections::BTreeMap::from([(labels::CDTARGET.to_owned(), name.to_owned())]);
-    let mut metadata = vec![("NetworkPolicy", &children.network_policy.metadata), ("Deployment", &children.deployment.metadata)];
+    let mut metadata =
+        vec![("NetworkPolicy", &children.network_policy.metadata), ("Deployment", &children.deployment.metadata)];
     if let Some(auth) = &children.trigger_authentication {
         metadata.push(("TriggerAuthentication", &auth.metadata));
     }
@@ -156,7 +157,11 @@ fn check_children(name: &str, children: &Children) {
     let spec = children.deployment.spec.as_ref().expect("a Deployment has a spec");
     assert_eq!(spec.selector.match_labels.as_ref(), Some(&own), "Deployment of `{name}` selects others");
     let pod_labels = spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref());
-    assert_eq!(pod_labels.and_then(|l| l.get(labels::CDTARGET)), Some(&name.to_owned()), "agents of `{name}` unlabelled");
+    assert_eq!(
+        pod_labels.and_then(|l| l.get(labels::CDTARGET)),
+        Some(&name.to_owned()),
+        "agents of `{name}` unlabelled"
+    );
 }
 
 /// DNS-1123 subdomain, or empty (the core group).

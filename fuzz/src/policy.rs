@@ -35,11 +35,7 @@ pub fn check(data: &[u8]) {
         let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         assert!(!lines.is_empty() || policy.ports.is_empty(), "ports from no line");
         for port in &policy.ports {
-            assert!(
-                lines.iter().any(|l| l.parse::<u16>() == Ok(port.port)),
-                "legacy port {} is on no line",
-                port.port
-            );
+            assert!(lines.iter().any(|l| l.parse::<u16>() == Ok(port.port)), "legacy port {} is on no line", port.port);
         }
     }
 }

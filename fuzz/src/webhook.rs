@@ -197,7 +197,13 @@ fn check_delivery(scheme: Scheme, delivery: &Delivery) {
 }
 
 /// Adds the harness's proof to `headers`; returns the `webhook-id` a valid signature covers.
-fn add_proof(scheme: Scheme, proof: Proof, delivery: &Delivery, keys: &Keys, headers: &mut HeaderMap) -> Option<String> {
+fn add_proof(
+    scheme: Scheme,
+    proof: Proof,
+    delivery: &Delivery,
+    keys: &Keys,
+    headers: &mut HeaderMap,
+) -> Option<String> {
     let mut set = |name: &'static str, value: String| {
         headers.insert(name, HeaderValue::from_str(&value).expect("harness headers are visible ASCII"));
     };
@@ -223,7 +229,10 @@ fn add_proof(scheme: Scheme, proof: Proof, delivery: &Delivery, keys: &Keys, hea
             };
             set(verify::WEBHOOK_ID, id.clone());
             set(verify::WEBHOOK_TIMESTAMP, signed_at.to_string());
-            set(verify::WEBHOOK_SIGNATURE, verify::standard_webhooks_signature(&keys.signing_key, &id, signed_at, body));
+            set(
+                verify::WEBHOOK_SIGNATURE,
+                verify::standard_webhooks_signature(&keys.signing_key, &id, signed_at, body),
+            );
             (proof == Proof::Valid).then_some(id)
         }
         _ if proof == Proof::None => None,
@@ -292,7 +301,9 @@ mod tests {
     fn the_harness_proof_verifies_and_its_forgeries_do_not_for_every_scheme() {
         // check_delivery panics when a valid proof is refused or a forged one accepted.
         for scheme in SCHEMES {
-            for (proof, skew) in [(Proof::Valid, 0), (Proof::Valid, -300), (Proof::Forged, 2), (Proof::Forged, 3), (Proof::None, 0)] {
+            for (proof, skew) in
+                [(Proof::Valid, 0), (Proof::Valid, -300), (Proof::Forged, 2), (Proof::Forged, 3), (Proof::None, 0)]
+            {
                 check_delivery(scheme, &delivery(proof, skew));
             }
         }

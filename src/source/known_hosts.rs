@@ -212,7 +212,10 @@ mod tests {
         let mut all = vec![Vec::new()];
         let mut last = vec![Vec::new()];
         for _ in 0..max {
-            last = last.iter().flat_map(|s: &Vec<u8>| alphabet.iter().map(move |c| [s.as_slice(), &[*c]].concat())).collect();
+            last = last
+                .iter()
+                .flat_map(|s: &Vec<u8>| alphabet.iter().map(move |c| [s.as_slice(), &[*c]].concat()))
+                .collect();
             all.extend(last.iter().cloned());
         }
         all
