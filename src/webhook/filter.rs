@@ -187,7 +187,7 @@ pub fn decide(
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(BadRequest::MalformedJson("expected a JSON object".into()));
     }
-    let push: Push = serde_json::from_slice(body).map_err(|e| BadRequest::MalformedJson(e.to_string()))?;
+    let push: Push = serde_json::from_slice(body).map_err(|e| BadRequest::MalformedJson(json_problem(&e)))?;
     let Some(git_ref) = push.git_ref.as_deref() else {
         return if generic { Ok(Decision::Sync { deleted: false }) } else { Err(BadRequest::MissingRef) };
     };
@@ -214,6 +214,18 @@ pub fn decide(
 }
 
 /// A header or payload value as repeated in an answer: printable ASCII, bounded.
+/// What is wrong with a body, by position only: serde_json's own message quotes the offending
+/// value in full, and the answer and the log must not repeat an unbounded part of the body.
+fn json_problem(error: &serde_json::Error) -> String {
+    let (line, column) = (error.line(), error.column());
+    match error.classify() {
+        serde_json::error::Category::Data => format!(
+            "a field has the wrong type at line {line}, column {column}; `ref`, `after` and `checkout_sha` are strings, `deleted` is a boolean"
+        ),
+        _ => format!("not valid JSON at line {line}, column {column}"),
+    }
+}
+
 fn shown(text: &str) -> String {
     text.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(MAX_SHOWN).collect()
 }
@@ -335,6 +347,22 @@ mod tests {
         let github = effective_events(WebhookType::Github, &[]);
         let ping = decide(WebhookType::Github, &headers(GITHUB_EVENT, "ping"), b"{}", &github, &main());
         assert!(matches!(ping, Ok(Decision::Ignore(Ignored::Event(_)))));
+    }
+
+    #[test]
+    fn a_malformed_body_is_described_by_position_without_repeating_it() {
+        let hook = headers(GITLAB_EVENT, "Push Hook");
+        let events = effective_events(WebhookType::Gitlab, &[]);
+        let long = "x".repeat(10_000);
+        for body in [format!(r#"{{"ref":"refs/heads/main","deleted":"{long}"}}"#), format!(r#"{{"ref":"{long}"#)] {
+            let Err(BadRequest::MalformedJson(message)) =
+                decide(WebhookType::Gitlab, &hook, body.as_bytes(), &events, &main())
+            else {
+                panic!("a malformed body is a bad request");
+            };
+            assert!(message.len() < 200 && !message.contains("xxxx"), "{message}");
+            assert!(message.contains("line 1, column"), "{message}");
+        }
     }
 
     #[test]
