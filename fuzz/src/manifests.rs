@@ -176,12 +176,14 @@ fn is_group(group: &str) -> bool {
             })
 }
 
-/// `v1`, `v1beta2`, `v2alpha1`: a DNS label of lower-case letters and digits.
+/// `v1`, `v1beta2`, `v2alpha1`: a DNS-1035 label (lower-case letters, digits and inner `-`).
 fn is_version(version: &str) -> bool {
+    // The API server takes any DNS-1035 label as a CRD version (`v1alphax-foo1` included).
     !version.is_empty()
         && version.len() <= 63
-        && version.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && version.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && version.as_bytes()[0].is_ascii_lowercase()
+        && !version.ends_with('-')
 }
 
 /// A kind is an identifier of ASCII letters and digits starting with a letter.
