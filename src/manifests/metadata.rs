@@ -25,7 +25,7 @@ const SERVER_SET: &[&str] = &[
 const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
 /// Every problem of `metadata` for an object of `kind` (when known) going to `namespace`.
-pub fn check(metadata: &Map<String, Value>, kind: Option<&str>, namespace: &str) -> Vec<Problem> {
+pub fn check(metadata: &Map<String, Value>, group: Option<&str>, kind: Option<&str>, namespace: &str) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut push = |field: &str, message: String| problems.push(Problem::field(join_path("metadata", field), message));
 
@@ -39,7 +39,7 @@ pub fn check(metadata: &Map<String, Value>, kind: Option<&str>, namespace: &str)
 
     match metadata.get("name") {
         Some(Value::String(name)) if !name.is_empty() => {
-            if let Err(e) = name_rule(kind)(name) {
+            if let Err(e) = name_rule(group, kind)(name) {
                 push("name", e);
             }
         }
@@ -96,14 +96,15 @@ pub fn check(metadata: &Map<String, Value>, kind: Option<&str>, namespace: &str)
     problems
 }
 
-/// The API server's naming rule for `kind`.
-fn name_rule(kind: Option<&str>) -> fn(&str) -> Result<(), String> {
-    match kind {
-        Some("Service") => dns1035_label,
-        Some("Role" | "RoleBinding") => path_segment,
-        Some("CronJob") => cron_job_name,
-        // The renderer holds CDTarget names to a stricter rule of its own.
-        Some("CDTarget") => |_| Ok(()),
+/// The API server's naming rule for `kind` of `group`.
+fn name_rule(group: Option<&str>, kind: Option<&str>) -> fn(&str) -> Result<(), String> {
+    match (group, kind) {
+        (Some(""), Some("Service")) => dns1035_label,
+        (Some("rbac.authorization.k8s.io"), Some("Role" | "RoleBinding")) => path_segment,
+        (Some("batch"), Some("CronJob")) => cron_job_name,
+        // The renderer holds CDTarget names to a stricter rule of its own; a kind of that name in
+        // any other group is an ordinary object and is never rendered.
+        (Some(crate::api::GROUP | "cnad.gofound.nl"), Some("CDTarget")) => |_| Ok(()),
         _ => names::dns1123_subdomain,
     }
 }

@@ -189,7 +189,8 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
         problems.push(Problem::field("metadata", "expected a mapping with at least `name`"));
         return Err(problems);
     };
-    problems.extend(metadata::check(metadata, kind.as_deref(), namespace));
+    let group = api_version.as_ref().map(|v| v.group.as_str());
+    problems.extend(metadata::check(metadata, group, kind.as_deref(), namespace));
     metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
     problems.extend(reserved_labels::check(&value));
 
