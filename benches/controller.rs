@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use cdtarget::api::CDTarget;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
+use cdtarget::controller::inputs::PolicySource;
 use cdtarget::controller::{cdtarget as cdtarget_controller, tenant_repository};
 use cdtarget::source::{Fetcher, Limits};
 use futures::{StreamExt as _, stream};
@@ -375,21 +376,28 @@ fn controller_side(url: &str, shape: Shape, concurrency: usize, cache: &Path) {
         let counters = Counters::default();
         let config = kube::Config::new(url.parse().expect("API server URL"));
         let client = counting(Client::try_from(config).expect("client"), counters.clone());
-        // As `cdtarget controller` builds it: tenant clients impersonate over this client.
-        let tenant_ctx = Arc::new(tenant_repository::Context::new(
-            client.clone(),
-            Fetcher::new(cache.to_path_buf(), Limits::default(), concurrency),
-            PLATFORM,
-            POLICY,
-        ));
-        let target_ctx = Arc::new(cdtarget_controller::Context {
-            client: client.clone(),
-            policy_namespace: PLATFORM.into(),
-            policy_name: POLICY.into(),
-            keda: cdtarget_controller::Keda::new(true),
-            recorder: None,
-            tenants: Default::default(),
-        });
+        // As `cdtarget controller` builds it: tenant clients impersonate over this client, and
+        // the policy is read once and shared (the process keeps it current by watch).
+        let read = PolicySource::Read { client: client.clone(), namespace: PLATFORM.into(), name: POLICY.into() }
+            .current()
+            .await
+            .expect("the policy ConfigMap");
+        let (policy_sender, policy) = PolicySource::shared();
+        policy_sender.send_replace(Some(read));
+        let tenant_ctx = Arc::new(
+            tenant_repository::Context::new(
+                client.clone(),
+                Fetcher::new(cache.to_path_buf(), Limits::default(), concurrency),
+                PLATFORM,
+                POLICY,
+            )
+            .with_policy(policy.clone()),
+        );
+        let target_ctx = Arc::new(
+            cdtarget_controller::Context::new(client.clone(), PLATFORM, POLICY)
+                .with_policy(policy)
+                .with_keda(cdtarget_controller::Keda::new(true)),
+        );
 
         let mut report = String::new();
         let _ = writeln!(report, "  controller at start: {}", memory());

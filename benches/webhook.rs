@@ -36,8 +36,8 @@ use cdtarget::api::TenantRepository;
 use cdtarget::api::tenant_repository::{
     LocalSecretReference, TenantRepositorySpec, WebhookSpec, WebhookType, webhook_path,
 };
-use cdtarget::controller::run::TriggerClosed;
 use cdtarget::telemetry::WebhookMetrics;
+use cdtarget::webhook::TriggerClosed;
 use cdtarget::webhook::{self, Fire, Index, Limits, Receiver, Registration};
 use k8s_openapi::ByteString;
 

@@ -13,6 +13,7 @@ pub mod api;
 pub mod apply;
 pub mod cli;
 pub mod controller;
+pub mod error;
 pub mod gitlab;
 pub mod manifests;
 pub mod policy;

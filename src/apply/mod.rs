@@ -1,9 +1,14 @@
-//! Applying a tenant's set: what goes into the inventory, and what leaves the cluster when it
-//! leaves Git. The plan is data computed by pure functions; the controller executes it.
+//! Everything the controller writes, and what it decides about tenant sets: what goes into the
+//! inventory and what leaves the cluster when it leaves Git ([`inventory`], pure), which objects
+//! drifted ([`drift`], pure), which kinds the cluster serves ([`discovery`]), how tenant objects
+//! are applied as the tenant ([`server_side`]), and the one executor of every write
+//! ([`writer`]).
 
 pub mod discovery;
 pub mod drift;
 pub mod inventory;
 pub mod server_side;
+pub mod writer;
 
 pub use inventory::{entry_of, inventory_of, prune_plan};
+pub use writer::{Done, Write, WriteError, Writer};

@@ -117,10 +117,15 @@ pub fn digest(objects: &[Value]) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// Server-side applies every object in order, stopping at the first refusal. Returns how many
-/// were applied. Each object must carry `apiVersion`, `kind`, `metadata.name` and
-/// `metadata.namespace`.
-pub async fn apply_all(client: &Client, discovery: &Discovery, objects: &[Value]) -> Result<usize, ApplyError> {
+/// Server-side applies every object in order, stopping at the first refusal; `applied` is told
+/// of each object sent. Returns how many were applied. Each object must carry `apiVersion`,
+/// `kind`, `metadata.name` and `metadata.namespace`. Only [`super::writer`] calls it.
+pub(super) async fn apply_all(
+    client: &Client,
+    discovery: &Discovery,
+    objects: &[Value],
+    applied: impl Fn(&Value),
+) -> Result<usize, ApplyError> {
     let params = PatchParams::apply(TENANT_FIELD_MANAGER).force();
     for object in objects {
         let Some(entry) = super::entry_of(object) else {
@@ -130,11 +135,12 @@ pub async fn apply_all(client: &Client, discovery: &Discovery, objects: &[Value]
         };
         let resource = resource_of(discovery, &entry).await.map_err(|source| error(APPLYING, &entry, source))?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
-        let applied = match api.patch(&entry.name, &params, &Patch::Apply(object)).await {
-            Ok(applied) => applied,
+        let live = match api.patch(&entry.name, &params, &Patch::Apply(object)).await {
+            Ok(live) => live,
             Err(source) => return Err(error(APPLYING, &entry, source)),
         };
-        if holds_legacy_tenant_fields(&applied.metadata) {
+        applied(object);
+        if holds_legacy_tenant_fields(&live.metadata) {
             release_legacy_tenant_fields(&api, &entry).await.map_err(|source| error(APPLYING, &entry, source))?;
         }
     }
@@ -181,7 +187,7 @@ const DRIFT_READS: usize = 8;
 /// field they set ([`super::drift::live_matches`]), read as `client`'s user. An object that
 /// cannot be read (no `get` permission, an API error) counts as drifted: applying it again is
 /// always safe, and a real refusal then surfaces from the apply.
-pub async fn drifted(client: &Client, discovery: &Discovery, objects: Vec<Value>) -> Vec<Value> {
+pub(super) async fn drifted(client: &Client, discovery: &Discovery, objects: Vec<Value>) -> Vec<Value> {
     let checks = objects.into_iter().map(|object| async move {
         let Some(entry) = super::entry_of(&object) else { return Some(object) };
         let Ok(resource) = resource_of(discovery, &entry).await else { return Some(object) };
@@ -196,11 +202,13 @@ pub async fn drifted(client: &Client, discovery: &Discovery, objects: Vec<Value>
 }
 
 /// Deletes every entry, in order; objects already gone count as deleted, and so do objects of a
-/// kind the cluster no longer serves in any version. Returns how many entries were handled.
-pub async fn delete_all(
+/// kind the cluster no longer serves in any version; `deleted` is told of each delete sent.
+/// Returns how many entries were handled. Only [`super::writer`] calls it.
+pub(super) async fn delete_all(
     client: &Client,
     discovery: &Discovery,
     entries: &[InventoryEntry],
+    deleted: impl Fn(&InventoryEntry),
 ) -> Result<usize, ApplyError> {
     for entry in entries {
         let resource = match discovery.resource_for_deletion(&entry.api_version, &entry.kind).await {
@@ -210,7 +218,7 @@ pub async fn delete_all(
         };
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
         match api.delete(&entry.name, &DeleteParams::background()).await {
-            Ok(_) => {}
+            Ok(_) => deleted(entry),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(source) => return Err(error(DELETING, entry, source)),
         }

@@ -59,7 +59,7 @@ pub enum Command {
     },
     /// Run the controller against the cluster of the environment (in-cluster or kubeconfig):
     /// both reconcilers, leader election, `/metrics`, `/healthz` and `/readyz`.
-    Controller(crate::controller::run::Args),
+    Controller(crate::controller::process::Args),
     /// Print a registration's webhook path (`/hook/<digest>`), as in its `status.webhookPath`,
     /// or with `--base-url` the full URL to paste into the Git host's webhook settings.
     WebhookPath(webhook_path::WebhookPathArgs),
@@ -128,7 +128,7 @@ pub enum Output {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let cli = match cli.command {
-        Command::Controller(args) => return crate::controller::run::main(args),
+        Command::Controller(args) => return crate::controller::process::main(args),
         Command::GitlabSync(args) => return gitlab_sync::main(&args),
         command => Cli { command },
     };

@@ -41,6 +41,45 @@ pub enum Health {
     },
 }
 
+impl Health {
+    /// The health after a failure settled by the failure model ([`crate::error::Schedule::settle`]):
+    /// `Stalled` when a person must act, `Progressing` when it will be retried.
+    pub fn failed(settled: crate::error::Settled, reason: &str, message: String) -> Health {
+        if settled.stalled {
+            Health::Stalled { reason: reason.to_owned(), message }
+        } else {
+            Health::Progressing { reason: reason.to_owned(), message }
+        }
+    }
+
+    /// The condition reason.
+    pub fn reason(&self) -> &str {
+        match self {
+            Health::Ready { reason, .. } | Health::Stalled { reason, .. } | Health::Progressing { reason, .. } => {
+                reason
+            }
+        }
+    }
+}
+
+/// One of a reconciler's own conditions (`SourceReady`, `Applied`, `GitLabSynced`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// `True` or `False`.
+    pub ok: bool,
+    /// Condition reason.
+    pub reason: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl Verdict {
+    /// A verdict of `ok` with `reason` and `message`.
+    pub fn new(ok: bool, reason: &str, message: impl Into<String>) -> Self {
+        Verdict { ok, reason: reason.to_owned(), message: message.into() }
+    }
+}
+
 /// Sets condition `kind`, keeping its `lastTransitionTime` when the status did not change. The
 /// message is cleared of URL userinfo (`https://user:token@host` → `https://***@host`).
 pub fn set(

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::source::FailureClass;
+use crate::error::{Class, Classify};
 
 /// What went wrong, as the `GitLabSynced` condition names it (see [`ErrorKind::reason`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,7 +54,7 @@ impl ErrorKind {
 
     /// The class that decides the condition and the requeue: configuration problems stall (a
     /// person must act), everything else is retried with backoff.
-    pub fn class(self) -> FailureClass {
+    pub fn class(self) -> Class {
         match self {
             ErrorKind::Unauthorized
             | ErrorKind::InsufficientScope
@@ -62,9 +62,9 @@ impl ErrorKind {
             | ErrorKind::ProjectNotFound
             | ErrorKind::KeyTakenElsewhere
             | ErrorKind::Rejected
-            | ErrorKind::InvalidConfig => FailureClass::Stalled,
+            | ErrorKind::InvalidConfig => Class::Stalled,
             ErrorKind::NotFound | ErrorKind::RateLimited | ErrorKind::Unavailable | ErrorKind::InvalidResponse => {
-                FailureClass::Transient
+                Class::Transient
             }
         }
     }
@@ -94,9 +94,10 @@ impl GitLabError {
         self.status = Some(status);
         self
     }
+}
 
-    /// The class that decides the condition and the requeue.
-    pub fn class(&self) -> FailureClass {
+impl Classify for GitLabError {
+    fn class(&self) -> Class {
         self.kind.class()
     }
 }
@@ -121,10 +122,10 @@ mod tests {
     #[test]
     fn configuration_problems_stall_and_outages_retry() {
         for kind in [ErrorKind::Unauthorized, ErrorKind::InsufficientScope, ErrorKind::KeyTakenElsewhere] {
-            assert_eq!(kind.class(), FailureClass::Stalled, "{kind:?}");
+            assert_eq!(kind.class(), Class::Stalled, "{kind:?}");
         }
         for kind in [ErrorKind::RateLimited, ErrorKind::Unavailable] {
-            assert_eq!(kind.class(), FailureClass::Transient, "{kind:?}");
+            assert_eq!(kind.class(), Class::Transient, "{kind:?}");
         }
         assert_eq!(condition_reason(&GitLabError::new(ErrorKind::NotMaintainer, "x")), "GitLabNotMaintainer");
     }

@@ -16,12 +16,14 @@ pub mod error;
 pub mod executor;
 pub mod keys;
 pub mod plan;
+pub mod settings;
 
 use futures::StreamExt;
 
 pub use client::{ClientConfig, ClientStats, Clock, GitLabClient, RetryPolicy, Secret, SystemClock};
 pub use error::{ErrorKind, GitLabError, condition_reason};
 pub use plan::{Call, Desired, DesiredHook, DesiredKey, Ownership, Plan};
+pub use settings::Settings;
 
 use crate::api::TenantRepository;
 use crate::api::tenant_repository::{GitLabStatus, webhook_path};

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::error::{Class, Classify};
+
 /// What went wrong, as the controller's conditions name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FailureKind {
@@ -39,20 +41,9 @@ pub enum FailureKind {
     Other,
 }
 
-/// How the controller treats a failure (see `docs/design-decisions.md`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailureClass {
-    /// Someone must change the registration or its Secret; retrying unchanged will not help.
-    Stalled,
-    /// Something else must happen first (a branch pushed); retry at the interval.
-    Waiting,
-    /// Passing trouble; retry with backoff.
-    Transient,
-}
-
 impl FailureKind {
     /// The class that decides the condition and the requeue.
-    pub fn class(self) -> FailureClass {
+    pub fn class(self) -> Class {
         match self {
             FailureKind::AuthenticationFailed
             | FailureKind::HostKeyMismatch
@@ -63,10 +54,10 @@ impl FailureKind {
             | FailureKind::CacheTooLarge
             | FailureKind::UnsafeTree
             | FailureKind::RedirectRefused
-            | FailureKind::InvalidRequest => FailureClass::Stalled,
-            FailureKind::RefNotFound => FailureClass::Waiting,
+            | FailureKind::InvalidRequest => Class::Stalled,
+            FailureKind::RefNotFound => Class::Waiting,
             FailureKind::Unreachable | FailureKind::Timeout | FailureKind::CorruptCache | FailureKind::Other => {
-                FailureClass::Transient
+                Class::Transient
             }
         }
     }
@@ -117,6 +108,12 @@ impl fmt::Display for SourceError {
 
 impl std::error::Error for SourceError {}
 
+impl Classify for SourceError {
+    fn class(&self) -> Class {
+        self.kind.class()
+    }
+}
+
 /// Removes `secrets` and any `user:password@` part of URLs from `message`.
 pub fn redact(message: &str, secrets: &[&str]) -> String {
     let mut clean = message.to_owned();
@@ -165,8 +162,8 @@ mod tests {
 
     #[test]
     fn only_configuration_problems_stall() {
-        assert_eq!(FailureKind::AuthenticationFailed.class(), FailureClass::Stalled);
-        assert_eq!(FailureKind::Timeout.class(), FailureClass::Transient);
-        assert_eq!(FailureKind::RefNotFound.class(), FailureClass::Waiting);
+        assert_eq!(FailureKind::AuthenticationFailed.class(), Class::Stalled);
+        assert_eq!(FailureKind::Timeout.class(), Class::Transient);
+        assert_eq!(FailureKind::RefNotFound.class(), Class::Waiting);
     }
 }

@@ -12,6 +12,7 @@
 pub mod error;
 mod git;
 pub mod known_hosts;
+pub mod registration;
 pub mod snapshot;
 mod tls;
 pub mod url;
@@ -24,7 +25,7 @@ use std::time::Duration;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use tokio::sync::Semaphore;
 
-pub use error::{FailureClass, FailureKind, SourceError};
+pub use error::{FailureKind, SourceError};
 pub use git::set_io_timeout;
 
 /// What to check out.

@@ -29,16 +29,32 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global tracing subscriber. `filter` is an `EnvFilter` directive such as `info`
-/// or `info,cdtarget=debug`.
+/// Installs the global tracing subscriber ([`subscriber`] writing to stderr). `filter` is an
+/// `EnvFilter` directive such as `info` or `info,cdtarget=debug`.
 pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
+    let subscriber = subscriber(format, filter, std::io::stderr)?;
+    tracing::subscriber::set_global_default(subscriber).map_err(|e| format!("installing the logger: {e}"))
+}
+
+/// The subscriber of `cdtarget controller`: lines in `format` written by `writer`. In JSON each
+/// line carries the current span (`span`) and every span it runs in (`spans`): a reconcile's
+/// kind, namespace, object and revision, and its step.
+pub fn subscriber<W>(
+    format: LogFormat,
+    filter: &str,
+    writer: W,
+) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String>
+where
+    W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("--log-level `{filter}`: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let result = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
-    result.map_err(|e| format!("installing the logger: {e}"))
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    Ok(match format {
+        LogFormat::Text => Box::new(builder.finish()),
+        LogFormat::Json => {
+            Box::new(builder.json().flatten_event(true).with_current_span(true).with_span_list(true).finish())
+        }
+    })
 }
 
 /// Labels of the per-registration gauge.
@@ -69,6 +85,15 @@ pub struct ResultLabels {
     pub kind: String,
     /// `success`, or the error's short label (`read`, `apply`, `prune`, `status`, ...).
     pub result: String,
+}
+
+/// Labels of the API write counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// What the write did (`apply`, `delete`, `status`, `finalizers`, `create`, `patch`).
+    pub verb: &'static str,
+    /// Kind of the object written.
+    pub kind: String,
 }
 
 /// Labels of the webhook request counter.
@@ -134,6 +159,9 @@ pub struct Metrics {
     pub reconcile_duration: Family<KindLabels, Histogram>,
     /// Reconciles per kind and result.
     pub reconciles: Family<ResultLabels, Counter>,
+    /// Writes the controller sent to the API server, per verb and kind (every write passes
+    /// through `apply::writer`, which counts it here).
+    pub writes: Family<WriteLabels, Counter>,
     /// The webhook receiver's requests and handling time.
     pub webhook: WebhookMetrics,
 }
@@ -171,6 +199,8 @@ impl Default for Metrics {
         registry.register("objects_pruned", "Objects deleted because they left Git", objects_pruned.clone());
         let managed_objects = Family::<RegistrationLabels, Gauge>::default();
         registry.register("managed_objects", "Objects in each registration's inventory", managed_objects.clone());
+        let writes = Family::<WriteLabels, Counter>::default();
+        registry.register("api_writes", "Writes sent to the API server, per verb and kind", writes.clone());
         let webhook = WebhookMetrics::default();
         registry.register(
             "webhook_requests",
@@ -190,6 +220,7 @@ impl Default for Metrics {
             managed_objects,
             reconcile_duration,
             reconciles,
+            writes,
             webhook,
         }
     }
@@ -214,6 +245,17 @@ impl Metrics {
         self.objects_pruned.inc_by(pruned as u64);
         let labels = RegistrationLabels { registration: registration.to_owned() };
         self.managed_objects.get_or_create(&labels).set(i64::try_from(managed).unwrap_or(i64::MAX));
+    }
+
+    /// Drops the series of a registration that is gone, so that `/metrics` does not report it
+    /// for the life of the process.
+    pub fn forget_registration(&self, registration: &str) {
+        self.managed_objects.remove(&RegistrationLabels { registration: registration.to_owned() });
+    }
+
+    /// Counts one write of `verb` to an object of `kind`.
+    pub fn count_write(&self, verb: &'static str, kind: &str) {
+        self.writes.get_or_create(&WriteLabels { verb, kind: kind.to_owned() }).inc();
     }
 
     /// Counts one reconcile of `kind` ending in `result`.
@@ -369,5 +411,27 @@ mod tests {
         assert!(text.contains("cdtarget_objects_applied_total 9"), "{text}");
         assert!(text.contains("cdtarget_objects_pruned_total 1"), "{text}");
         assert!(text.contains("cdtarget_managed_objects{registration=\"cdtarget-system/team-a\"} 4"), "{text}");
+    }
+
+    #[test]
+    fn a_gone_registration_leaves_no_series_behind() {
+        let metrics = Metrics::default();
+        metrics.observe_apply("cdtarget-system/gone", 2, 0, 2);
+        metrics.observe_apply("cdtarget-system/kept", 1, 0, 1);
+        metrics.forget_registration("cdtarget-system/gone");
+        let text = metrics.encode();
+        assert!(!text.contains("registration=\"cdtarget-system/gone\""), "{text}");
+        assert!(text.contains("cdtarget_managed_objects{registration=\"cdtarget-system/kept\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn metrics_count_writes_per_verb_and_kind() {
+        let metrics = Metrics::default();
+        metrics.count_write("apply", "ConfigMap");
+        metrics.count_write("apply", "ConfigMap");
+        metrics.count_write("status", "CDTarget");
+        let text = metrics.encode();
+        assert!(text.contains("cdtarget_api_writes_total{verb=\"apply\",kind=\"ConfigMap\"} 2"), "{text}");
+        assert!(text.contains("cdtarget_api_writes_total{verb=\"status\",kind=\"CDTarget\"} 1"), "{text}");
     }
 }

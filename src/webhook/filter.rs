@@ -55,7 +55,7 @@ pub enum Tracked {
 impl Tracked {
     /// What `spec` fetches, read exactly as the reconciler reads it (no `ref`: branch `main`).
     pub fn of(spec: &TenantRepositorySpec) -> Tracked {
-        match crate::controller::tenant_repository::reference_of(spec) {
+        match crate::source::registration::reference_of(spec) {
             Ok(Reference::Branch(name)) => Tracked::Branch(name),
             Ok(Reference::Tag(name)) => Tracked::Tag(name),
             Ok(Reference::Commit(sha)) => Tracked::Commit(sha),

@@ -9,8 +9,10 @@
 //! - A watch relist (`Init` ... `InitDone`): entries of registrations no longer listed go.
 //! - A failed read keeps the previous entry and is retried after [`RETRY_AFTER`].
 //!
-//! [`keep_index_on_streams`] does the work on any event streams; [`keep_index`] feeds it the
-//! production watches. Tests against an API server without watches feed their own events.
+//! [`keep_index_on_streams`] does the work on any event streams: the controller process feeds it
+//! its one watch of the registrations and a metadata watch of the platform namespace's Secrets
+//! (`controller::process::keep_receiver_index`); tests against an API server without watches
+//! feed their own events.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -20,8 +22,7 @@ use std::time::Duration;
 use futures::stream::FusedStream as _;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
-use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -31,26 +32,6 @@ use crate::api::TenantRepository;
 
 /// How long after a failed Secret read it is tried again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
-
-/// Keeps `index` in step with the (sharded) TenantRepositories in `namespace` and their webhook
-/// Secrets until `stop` completes.
-pub async fn keep_index(
-    client: Client,
-    namespace: &str,
-    shard: watcher::Config,
-    index: Arc<Index>,
-    stop: impl Future<Output = ()> + Send,
-) {
-    let registrations =
-        watcher(Api::<TenantRepository>::namespaced(client.clone(), namespace), shard).default_backoff();
-    // Metadata only: which Secret changed is all that is needed; the value is read by `get`.
-    let secrets =
-        watcher(Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), namespace), watcher::Config::default())
-            .default_backoff()
-            .touched_objects()
-            .map(|secret| secret.map(|s| s.name_any()));
-    keep_index_on_streams(client, index, registrations, secrets, stop).await;
-}
 
 /// Keeps `index` in step with `registrations` (TenantRepository watch events) and `secrets`
 /// (names of Secrets added, changed or deleted in the registrations' namespace), reading

@@ -10,8 +10,8 @@
 //! [`verify`] (per-type verification, constant-time), [`filter`] (event and ref filter),
 //! [`dedupe`] (bounded memory of delivery ids), [`rate`] (token buckets), [`budget`] (bytes of
 //! bodies in flight). State: [`index`] (digest → registration and its budgets). I/O: [`keeper`]
-//! (keeps the index in step with the watches) and [`server`] (the axum router and its HTTP/1
-//! server).
+//! (keeps the index in step with the registrations), [`server`] (the axum router and its HTTP/1
+//! server) and [`trigger`] (the receiver's way into the TenantRepository controller).
 //!
 //! `cdtarget controller` serves it on `--webhook-addr`; see `docs/webhooks.md`.
 
@@ -23,9 +23,11 @@ pub mod index;
 pub mod keeper;
 pub mod rate;
 pub mod server;
+pub mod trigger;
 pub mod verify;
 
 pub use index::{Index, Registration};
-pub use keeper::{keep_index, keep_index_on_streams};
+pub use keeper::keep_index_on_streams;
 pub use rate::Rate;
 pub use server::{Fire, Limits, Receiver, router, serve};
+pub use trigger::{Trigger, TriggerClosed};

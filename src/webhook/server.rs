@@ -52,9 +52,9 @@ use super::dedupe::{self, Dedupe};
 use super::filter::{self, Decision};
 use super::index::{Index, Slot};
 use super::rate::{Bucket, Rate};
+use super::trigger::{Trigger, TriggerClosed};
 use super::verify::{self, Pending, Verified};
 use crate::api::tenant_repository::WebhookType;
-use crate::controller::run::{Trigger, TriggerClosed};
 use crate::telemetry::WebhookMetrics;
 
 /// GitLab's (and the IETF draft's) duplicate key header.

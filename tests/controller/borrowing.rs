@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cdtarget::api::{CDTarget, CDTargetSpec};
-use cdtarget::controller::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
+use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
 use cdtarget::controller::cdtarget::{Context, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_SECRET_NOT_ALLOWED};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
 use k8s_openapi::api::apps::v1::Deployment;

@@ -8,6 +8,7 @@ use cdtarget::api::labels::SECRETS_DIGEST;
 use cdtarget::api::{CDTarget, CDTargetStatus};
 use cdtarget::controller::cdtarget::reconcile;
 use cdtarget::controller::conditions::{READY, RECONCILING, STALLED, is_true};
+use cdtarget::error::Classify;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -382,9 +383,76 @@ async fn a_child_refused_as_invalid_stalls_instead_of_retrying_quickly() {
         cdtarget::controller::cdtarget::reconcile(std::sync::Arc::new(cluster.target().await), cluster.context())
             .await
             .expect_err("the refused apply is an error");
-    assert_eq!(error.class(), cdtarget::controller::cdtarget::ErrorClass::Stalled);
+    assert_eq!(error.class(), cdtarget::error::Class::Stalled);
     let status = status(&cluster.target().await);
     assert_eq!(condition(&status, STALLED).reason, "ApiError");
     assert!(condition(&status, READY).message.contains("Deployment"), "{status:#?}");
     assert!(!is_true(&status.conditions, RECONCILING));
+}
+
+/// A writer into a shared buffer, for a subscriber the test reads back.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Set in the child process [`json_logs_follow_a_reconcile_through_its_steps_with_the_object`]
+/// runs itself in.
+const LOG_CHILD: &str = "CDTARGET_TEST_JSON_LOG_CHILD";
+
+#[tokio::test]
+async fn json_logs_follow_a_reconcile_through_its_steps_with_the_object() {
+    use cdtarget::telemetry::{LogFormat, subscriber};
+    // tracing caches per call site whether anyone listens, process-wide: another test running on
+    // another thread could settle that for this test's subscriber. So the test runs alone, in a
+    // child process of this test binary.
+    if std::env::var_os(LOG_CHILD).is_none() {
+        let name = "cdtarget::json_logs_follow_a_reconcile_through_its_steps_with_the_object";
+        let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", name, "--test-threads=1"])
+            .env(LOG_CHILD, "1")
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(stdout.contains("1 passed"), "the child ran the test: {stdout}");
+        return;
+    }
+    let cluster = cluster_with_target(true).await;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = subscriber(LogFormat::Json, "cdtarget=debug", move || writer.clone()).expect("subscriber");
+    {
+        let _logging = tracing::subscriber::set_default(subscriber);
+        cluster.reconcile().await;
+    }
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|line| serde_json::from_str(line).expect("JSON line")).collect();
+    let spans_of = |line: &serde_json::Value| -> Vec<String> {
+        line["spans"].as_array().into_iter().flatten().filter_map(|s| s["name"].as_str().map(str::to_owned)).collect()
+    };
+    // A write of a child, logged by the one writer, inside the reconcile's `execute` step.
+    let write = lines
+        .iter()
+        .find(|line| line["message"] == "wrote" && line["kind"] == "Deployment")
+        .unwrap_or_else(|| panic!("no write of the Deployment logged:\n{text}"));
+    assert_eq!(spans_of(write), ["reconcile", "execute"], "{write}");
+    let reconcile = &write["spans"][0];
+    assert_eq!(
+        (&reconcile["kind"], &reconcile["namespace"], &reconcile["object"]),
+        (&"CDTarget".into(), &NAMESPACE.into(), &format!("{NAMESPACE}/{NAME}").into()),
+        "{write}"
+    );
+    // The status write runs in its own step of the same reconcile.
+    assert!(lines.iter().any(|line| line["kind"] == "CDTarget" && spans_of(line) == ["reconcile", "status"]), "{text}");
 }

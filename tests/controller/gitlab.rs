@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use cdtarget::api::tenant_repository::{GitLabSpec, LocalSecretReference, WebhookSpec};
-use cdtarget::controller::gitlab_step::REASON_NOT_CONFIGURED;
-use cdtarget::controller::tenant_repository::{APPLIED, GitLabSettings, reconcile};
+use cdtarget::controller::tenant_repository::gitlab::REASON_NOT_CONFIGURED;
+use cdtarget::controller::tenant_repository::{APPLIED, reconcile};
+use cdtarget::gitlab::Settings as GitLabSettings;
 use cdtarget::gitlab::{self, ClientConfig, GitLabClient, RetryPolicy, keys};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -10,9 +10,10 @@ use cdtarget::api::tenant_repository::{
     GitLabSpec, LocalSecretReference, TenantRepository, TenantRepositorySpec, WebhookSpec, webhook_path,
 };
 use cdtarget::api::{CDTarget, CDTargetSpec};
-use cdtarget::controller::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
-use cdtarget::controller::tenant_repository::{self, GitLabSettings};
+use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
+use cdtarget::controller::tenant_repository;
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, conditions};
+use cdtarget::gitlab::Settings as GitLabSettings;
 use cdtarget::gitlab::{self, ClientConfig, GitLabClient, RetryPolicy, keys};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, Secret, SecretKeySelector};
@@ -109,14 +110,9 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     repo_ctx.recorder = Some(recorder.clone());
     repo_ctx.gitlab = Some(settings(&gitlab, BOT_TOKEN));
     let repo_ctx = Arc::new(repo_ctx);
-    let target_ctx = Arc::new(cdtarget_reconciler::Context {
-        client: client.clone(),
-        policy_namespace: PLATFORM.into(),
-        policy_name: "cdtarget-policy".into(),
-        keda: cdtarget_reconciler::Keda::new(false),
-        recorder: Some(recorder),
-        tenants: Default::default(),
-    });
+    let target_ctx = Arc::new(
+        cdtarget_reconciler::Context::new(client.clone(), PLATFORM, "cdtarget-policy").with_recorder(recorder),
+    );
 
     // Registrations: one fetching with a token in its URL and a webhook (success), one with the
     // wrong password in its URL and a Basic password in its Secret (failure), one managed on

@@ -155,14 +155,10 @@ impl Cluster {
 
     /// The reconciler's context for this cluster.
     pub fn context(&self) -> Arc<Context> {
-        Arc::new(Context {
-            client: self.client.clone(),
-            policy_namespace: PLATFORM.into(),
-            policy_name: POLICY.into(),
-            keda: cdtarget::controller::cdtarget::Keda::new(self.keda),
-            recorder: None,
-            tenants: Default::default(),
-        })
+        Arc::new(
+            Context::new(self.client.clone(), PLATFORM, POLICY)
+                .with_keda(cdtarget::controller::cdtarget::Keda::new(self.keda)),
+        )
     }
 
     /// Registers a TenantRepository applying into the tenant namespace as `service_account`:

@@ -14,7 +14,6 @@ use cdtarget::controller::conditions::{READY, STALLED, is_true};
 use cdtarget::controller::tenant_repository::{
     APPLIED, Context, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY, reconcile,
 };
-use cdtarget::manifests;
 use cdtarget::source::{self, Fetcher, Limits};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -25,7 +24,7 @@ use kube::runtime::controller::Action;
 use kube_fake_client::ClientBuilder;
 
 use cdtarget::apply::discovery::Discovery;
-use cdtarget::apply::server_side;
+use cdtarget::apply::{Writer, server_side};
 
 use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
 use crate::common::{Stalling, TestDir, Upstream, UpstreamRepo, test_dir};
@@ -93,18 +92,9 @@ impl Fixture {
     /// The reconciler's context, as `cdtarget controller` builds it: every request goes over
     /// HTTP to the bridge, tenant clients impersonate through the controller's own client.
     pub(crate) fn context(&self) -> Arc<Context> {
-        Arc::new(Context {
-            client: self.client.clone(),
-            client_for: server_side::impersonating(self.client.clone()),
-            discovery: self.discovery.clone(),
-            fetcher: Fetcher::new(self.cache.path(), Limits::default(), 2),
-            policy_namespace: PLATFORM.into(),
-            policy_name: "cdtarget-policy".into(),
-            manifest_limits: manifests::Limits::default(),
-            recorder: None,
-            observer: None,
-            gitlab: None,
-        })
+        let fetcher = Fetcher::new(self.cache.path(), Limits::default(), 2);
+        let writer = Writer::new(self.client.clone()).with_discovery(self.discovery.clone());
+        Arc::new(Context::new(self.client.clone(), fetcher, PLATFORM, "cdtarget-policy").with_writer(writer))
     }
 
     pub(crate) async fn register(&self, change: impl FnOnce(&mut TenantRepositorySpec)) {

@@ -10,6 +10,7 @@ mod deploy;
 mod egress;
 mod golden;
 mod keda_schema;
+mod layout;
 mod properties;
 mod support;
 mod tenancy;

@@ -2,6 +2,7 @@
 //! deletion with things already gone, and key rotation without a moment without a valid key.
 
 use cdtarget::api::tenant_repository::webhook_path;
+use cdtarget::error::Classify;
 use cdtarget::gitlab::{self, ErrorKind, executor};
 
 use super::common::fake_gitlab::{FakeGitLab, Fault, HOOK_LIMIT};
@@ -135,7 +136,7 @@ async fn a_key_taken_elsewhere_stalls_with_a_reason_and_a_remedy() {
             gitlab::sync(&client, &input(&registration("app", PROJECT), taken, EXTERNAL_URL)).await.unwrap_err();
         assert_eq!(error.kind, ErrorKind::KeyTakenElsewhere, "{error}");
         assert_eq!(gitlab::condition_reason(&error), "DeployKeyInUse");
-        assert_eq!(error.class(), cdtarget::source::FailureClass::Stalled);
+        assert_eq!(error.class(), cdtarget::error::Class::Stalled);
         assert!(
             error.message.contains("already taken") && error.message.contains("cdtarget.io/rotate-deploy-key"),
             "{error}"
@@ -323,7 +324,7 @@ async fn removal_from_a_deleted_project_is_done_and_an_outage_keeps_it_pending()
 
     fake.inject(None, None, Fault::ServerError, 100);
     let error = gitlab::remove(&client, &input(&repo, &pair, EXTERNAL_URL)).await.unwrap_err();
-    assert_eq!((error.kind, error.class()), (ErrorKind::Unavailable, cdtarget::source::FailureClass::Transient));
+    assert_eq!((error.kind, error.class()), (ErrorKind::Unavailable, cdtarget::error::Class::Transient));
     assert_eq!(fake.deploy_keys(id).len(), 1, "nothing is forgotten during an outage");
 
     let fake = FakeGitLab::start();

@@ -181,7 +181,7 @@ async fn index_follows_registrations_their_webhook_secrets_and_relists() {
     let index = Arc::new(Index::default());
     let mut changes = index.subscribe();
     // Stand-ins for the TenantRepository watch and the Secret (metadata) watch of
-    // `webhook::keep_index`; kube-fake-client serves no watches.
+    // `controller::process::keep_receiver_index`; kube-fake-client serves no watches.
     let (repos, repo_events) = mpsc::unbounded();
     let (names, secret_events) = mpsc::unbounded::<String>();
     let keeper = tokio::spawn(keep_index_on_streams(

@@ -15,8 +15,8 @@ use cdtarget::api::TenantRepository;
 use cdtarget::api::tenant_repository::{
     GitRef, LocalSecretReference, TenantRepositorySpec, WebhookSpec, WebhookType, webhook_path,
 };
-use cdtarget::controller::run::TriggerClosed;
 use cdtarget::telemetry::Metrics;
+use cdtarget::webhook::TriggerClosed;
 use cdtarget::webhook::{self, Fire, Index, Limits, Receiver, Registration};
 use hmac::{Hmac, KeyInit, Mac};
 use k8s_openapi::ByteString;

@@ -3,8 +3,10 @@
 //! key and the webhook, rotate the key on request, and remove both on deletion.
 //!
 //! The decisions are plain functions ([`step_of`], [`deletion_of`], [`rotation_due`],
-//! [`finalizers_adding`], [`finalizers_removing`]); the rest reads and writes. A GitLab failure
-//! never blocks or undoes the Git apply: it ends in the `GitLabSynced` condition.
+//! [`finalizers_adding`], [`finalizers_removing`]); the rest reads and hands its writes to the
+//! one writer. The step takes what it needs ([`Inputs`]: the GitLab settings, the writer, the
+//! Secrets read in this reconcile, the Event recorder), not the reconciler's context. A GitLab
+//! failure never blocks or undoes the Git apply: it ends in the `GitLabSynced` condition.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,16 +15,54 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::ApiResource;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
+use super::TRANSIENT_RETRY;
+use super::secrets::{ReadError, SecretReads};
 use crate::api::tenant_repository::{GitLabStatus, TenantRepository, webhook_token};
-use crate::controller::conditions;
+use crate::apply::{Done, Write, WriteError, Writer};
+use crate::controller::conditions::{self, Verdict};
 use crate::controller::events::{self, Transition};
-use crate::controller::tenant_repository::{Context, Error, GitLabSettings, SecretReads, TRANSIENT_RETRY, Verdict};
+use crate::error::{Class, Classify};
 use crate::gitlab::{self, GitLabError, SyncInput, SyncOutcome, keys};
-use crate::source::FailureClass;
+
+/// What the GitLab step needs from the reconcile it runs in.
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The GitLab settings; `None` when the controller runs without `--gitlab-url`.
+    pub settings: Option<&'a gitlab::Settings>,
+    /// Sends the step's writes (finalizers, the key pair Secret, status on deletion).
+    pub writer: &'a Writer,
+    /// The Secrets of the registration's namespace, read once per reconcile.
+    pub secrets: &'a SecretReads,
+    /// Records the Event of a skipped clean-up.
+    pub recorder: Option<&'a kube::runtime::events::Recorder>,
+}
+
+/// A read or write in the cluster that the step needed and that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// Reading a Secret failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Writing the finalizers or the key pair Secret failed.
+    #[error(transparent)]
+    Write(WriteError),
+    /// Writing the status of a registration being deleted failed.
+    #[error(transparent)]
+    Status(WriteError),
+}
+
+impl Classify for StepError {
+    fn class(&self) -> Class {
+        match self {
+            StepError::Read(e) => e.source.class(),
+            StepError::Write(e) | StepError::Status(e) => e.class(),
+        }
+    }
+}
 
 /// `GitLabSynced=False`: the registration has `spec.gitlab` but the controller runs without
 /// `--gitlab-url` (and its companions).
@@ -47,7 +87,7 @@ pub struct GitLabStep {
 }
 
 fn verdict(ok: bool, reason: &str, message: impl Into<String>) -> Verdict {
-    Verdict { ok, reason: reason.to_owned(), message: message.into() }
+    Verdict::new(ok, reason, message)
 }
 
 /// The step after a sync: `True`/`Synced` with the outcome's ids, or `False` with the error's
@@ -64,8 +104,9 @@ pub fn step_of(result: &Result<SyncOutcome, GitLabError>) -> GitLabStep {
     }
 }
 
-fn failed(reason: &str, message: String, class: FailureClass) -> GitLabStep {
-    let requeue = (class == FailureClass::Transient).then_some(TRANSIENT_RETRY);
+fn failed(reason: &str, message: String, class: Class) -> GitLabStep {
+    // Only passing trouble brings the next reconcile forward; the rest waits for the interval.
+    let requeue = (class == Class::Transient).then_some(TRANSIENT_RETRY);
     GitLabStep { verdict: verdict(false, reason, message), status: None, requeue, changed: false }
 }
 
@@ -86,8 +127,8 @@ fn invalid(message: impl Into<String>) -> GitLabStep {
 }
 
 /// The step when reading or writing in the cluster failed (Secret, finalizer): retried soon.
-pub fn cluster_failed(error: &Error) -> GitLabStep {
-    failed(REASON_CLUSTER_ERROR, error.to_string(), FailureClass::Transient)
+pub fn cluster_failed(error: &StepError) -> GitLabStep {
+    failed(REASON_CLUSTER_ERROR, error.to_string(), Class::Transient)
 }
 
 /// What a deletion of the registration calls for.
@@ -162,39 +203,37 @@ fn bytes(data: BTreeMap<String, String>) -> BTreeMap<String, ByteString> {
     data.into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))).collect()
 }
 
-fn write_error(what: &'static str, name: String) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Write { what, name, source }
+/// The finalizers of `repo` changed to `wanted`, guarded by the list as read.
+fn finalizers_write(namespace: &str, repo: &TenantRepository, wanted: Vec<String>) -> Write {
+    Write::Finalizers {
+        resource: ApiResource::erase::<TenantRepository>(&()),
+        namespace: namespace.to_owned(),
+        name: repo.name_any(),
+        read: repo.metadata.finalizers.clone(),
+        resource_version: repo.metadata.resource_version.clone(),
+        wanted,
+    }
 }
 
 async fn patch_finalizers(
-    ctx: &Context,
+    writer: &Writer,
     namespace: &str,
     repo: &TenantRepository,
-    list: Vec<String>,
-) -> Result<(), Error> {
-    let api: Api<TenantRepository> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch = serde_json::json!({ "metadata": { "finalizers": list } });
-    let name = repo.name_any();
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-        .map_err(write_error("patching the finalizers of TenantRepository", format!("{namespace}/{name}")))
+    wanted: Vec<String>,
+) -> Result<(), StepError> {
+    writer.execute(finalizers_write(namespace, repo, wanted)).await.map(|_| ()).map_err(StepError::Write)
 }
 
 /// Before the fetch: our finalizer is on the registration, and the key pair Secret exists
 /// (generated and created when missing, so the first fetch already has credentials).
-pub async fn prepare(
-    repo: &TenantRepository,
-    namespace: &str,
-    ctx: &Context,
-    secrets: &SecretReads,
-) -> Result<(), Error> {
-    let (Some(spec), Some(settings)) = (&repo.spec.gitlab, &ctx.gitlab) else { return Ok(()) };
+pub async fn prepare(repo: &TenantRepository, namespace: &str, inputs: Inputs<'_>) -> Result<(), StepError> {
+    let (Some(spec), Some(settings)) = (&repo.spec.gitlab, inputs.settings) else { return Ok(()) };
+    let secrets = inputs.secrets;
     if !syncs(repo) {
         return Ok(());
     }
     if let Some(list) = finalizers_adding(repo) {
-        patch_finalizers(ctx, namespace, repo, list).await?;
+        patch_finalizers(inputs.writer, namespace, repo, list).await?;
     }
     let Some(secret_ref) = &repo.spec.secret_ref else { return Ok(()) };
     if !spec.manage_deploy_key || secrets.get(&secret_ref.name).await?.is_some() {
@@ -219,21 +258,19 @@ pub async fn prepare(
         data: Some(bytes(pair.secret_data(&settings.known_hosts))),
         ..Secret::default()
     };
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    match api.create(&PostParams::default(), &secret).await {
+    match inputs.writer.execute(Write::CreateSecret { what: "creating the deploy key", secret: Box::new(secret) }).await
+    {
+        Ok(Done::AlreadyExists) => {
+            // Made meanwhile (by a person, or a previous attempt): use it.
+            secrets.forget(&secret_ref.name);
+            Ok(())
+        }
         Ok(_) => {
             tracing::info!(registration = %marker, fingerprint = %pair.fingerprint, "generated the deploy key Secret");
             secrets.forget(&secret_ref.name);
             Ok(())
         }
-        // Made meanwhile (by a person, or a previous attempt): use it.
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            secrets.forget(&secret_ref.name);
-            Ok(())
-        }
-        Err(source) => {
-            Err(write_error("creating the deploy key Secret", format!("{namespace}/{}", secret_ref.name))(source))
-        }
+        Err(e) => Err(StepError::Write(e)),
     }
 }
 
@@ -244,9 +281,9 @@ async fn input_for(
     repo: &TenantRepository,
     namespace: &str,
     secrets: &SecretReads,
-    settings: &GitLabSettings,
+    settings: &gitlab::Settings,
     placeholders: bool,
-) -> Result<Result<(SyncInput, Option<Secret>), GitLabStep>, Error> {
+) -> Result<Result<(SyncInput, Option<Secret>), GitLabStep>, StepError> {
     let Some(spec) = &repo.spec.gitlab else { return Ok(Err(invalid("the registration has no spec.gitlab"))) };
     let mut secret = None;
     let mut public_key = String::new();
@@ -305,16 +342,17 @@ async fn input_for(
 
 /// After the apply: syncs key and hook (rotating the key first when asked) and says what to
 /// report. `None` for a registration without `spec.gitlab`.
+#[tracing::instrument(name = "gitlab", skip_all)]
 pub async fn sync(
     repo: &TenantRepository,
     namespace: &str,
-    ctx: &Context,
-    secrets: &SecretReads,
-) -> Result<Option<GitLabStep>, Error> {
+    inputs: Inputs<'_>,
+) -> Result<Option<GitLabStep>, StepError> {
     if !syncs(repo) {
         return Ok(None);
     }
-    let Some(settings) = &ctx.gitlab else { return Ok(Some(not_configured())) };
+    let Some(settings) = inputs.settings else { return Ok(Some(not_configured())) };
+    let secrets = inputs.secrets;
     let (input, secret) = match input_for(repo, namespace, secrets, settings, false).await? {
         Ok(found) => found,
         Err(step) => return Ok(Some(step)),
@@ -324,7 +362,7 @@ pub async fn sync(
         && let Some(value) = rotation_due(repo, &secret)
     {
         let name = secret.name_any();
-        if let Some(step) = rotate(repo, namespace, ctx, settings, &input, secret, &value).await? {
+        if let Some(step) = rotate(repo, namespace, inputs.writer, settings, &input, secret, &value).await? {
             return Ok(Some(step));
         }
         secrets.forget(&name);
@@ -342,12 +380,12 @@ pub async fn sync(
 async fn rotate(
     repo: &TenantRepository,
     namespace: &str,
-    ctx: &Context,
-    settings: &GitLabSettings,
+    writer: &Writer,
+    settings: &gitlab::Settings,
     input: &SyncInput,
     secret: Secret,
     value: &str,
-) -> Result<Option<GitLabStep>, Error> {
+) -> Result<Option<GitLabStep>, StepError> {
     let marker = gitlab::marker(namespace, &repo.name_any());
     let pair = match keys::generate(&marker) {
         Ok(pair) => pair,
@@ -368,11 +406,13 @@ async fn rotate(
         "metadata": { "annotations": { gitlab::ROTATED_ANNOTATION: value } },
         "data": bytes(pair.secret_data(&known_hosts)),
     });
-    let name = secret.name_any();
-    Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(write_error("writing the rotated key into Secret", format!("{namespace}/{name}")))?;
+    let write = Write::PatchSecret {
+        what: "writing the rotated key into",
+        namespace: namespace.to_owned(),
+        name: secret.name_any(),
+        patch,
+    };
+    writer.execute(write).await.map_err(StepError::Write)?;
     tracing::info!(registration = %marker, fingerprint = %pair.fingerprint, "rotated the deploy key");
     Ok(None)
 }
@@ -380,34 +420,33 @@ async fn rotate(
 /// A registration being deleted that holds our finalizer: remove key and hook from GitLab (or
 /// skip, by annotation), then release the finalizer. While GitLab refuses, the finalizer stays
 /// and `GitLabSynced=False`, `CleanupPending` says why.
+#[tracing::instrument(name = "gitlab_cleanup", skip_all)]
 pub async fn finalize(
     repo: &TenantRepository,
     namespace: &str,
-    ctx: &Context,
+    inputs: Inputs<'_>,
     deletion: Deletion,
-) -> Result<Action, Error> {
+) -> Result<Action, StepError> {
     let name = repo.name_any();
     if deletion == Deletion::Skip {
         let note = skipped_note(repo);
         tracing::warn!(registration = %format!("{namespace}/{name}"), "{note}");
         let transition = Transition { warning: true, reason: REASON_CLEANUP_SKIPPED.into(), note };
-        events::publish(ctx.recorder.as_ref(), repo, Some(transition)).await;
-        patch_finalizers(ctx, namespace, repo, finalizers_removing(repo)).await?;
+        events::publish(inputs.recorder, repo, Some(transition)).await;
+        patch_finalizers(inputs.writer, namespace, repo, finalizers_removing(repo)).await?;
         return Ok(Action::await_change());
     }
-    let result = match &ctx.gitlab {
+    let result = match inputs.settings {
         None => Err(not_configured()),
-        Some(settings) => {
-            match input_for(repo, namespace, &SecretReads::new(&ctx.client, namespace), settings, true).await? {
-                Err(step) => Err(step),
-                Ok((input, _)) => gitlab::remove(&settings.client, &input).await.map_err(|e| step_of(&Err(e))),
-            }
-        }
+        Some(settings) => match input_for(repo, namespace, inputs.secrets, settings, true).await? {
+            Err(step) => Err(step),
+            Ok((input, _)) => gitlab::remove(&settings.client, &input).await.map_err(|e| step_of(&Err(e))),
+        },
     };
     match result {
         Ok(outcome) => {
             tracing::info!(registration = %format!("{namespace}/{name}"), writes = outcome.writes, "removed the deploy key and webhook from GitLab");
-            patch_finalizers(ctx, namespace, repo, finalizers_removing(repo)).await?;
+            patch_finalizers(inputs.writer, namespace, repo, finalizers_removing(repo)).await?;
             Ok(Action::await_change())
         }
         Err(step) => {
@@ -430,9 +469,7 @@ pub async fn finalize(
                 generation,
                 &now,
             );
-            super::write_status(&ctx.client, namespace, repo, repo.status.as_ref(), &status)
-                .await
-                .map_err(|source| Error::Status { name: format!("{namespace}/{name}"), source })?;
+            super::status::write(inputs.writer, namespace, repo, &status).await.map_err(StepError::Status)?;
             Ok(Action::requeue(step.requeue.unwrap_or(TRANSIENT_RETRY.max(Duration::from_secs(30)))))
         }
     }

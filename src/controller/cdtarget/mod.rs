@@ -1,0 +1,246 @@
+//! The CDTarget reconciler: read the policy and the referenced Secrets, check that the CDTarget
+//! lends its agents nothing its tenant could not read ([`borrowed`]), render the four children,
+//! server-side apply them with controller owner references, and write status once.
+//!
+//! One file per step: [`observe`] reads, [`plan`] decides (a pure function over what was read),
+//! [`execute`] writes the children through the one writer (which children may be written at all
+//! is [`children::plan`], over the live objects: a child never takes over an object it does not
+//! control), and [`status`] computes and writes the status. [`reconcile`] runs them in order.
+
+pub mod borrowed;
+pub mod children;
+pub mod execute;
+pub mod observe;
+pub mod plan;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
+use tracing::Instrument;
+
+use crate::api::CDTarget;
+use crate::apply::{WriteError, Writer};
+use crate::controller::conditions::Health;
+use crate::controller::inputs::PolicySource;
+use crate::error::{Class, Classify, Schedule};
+
+pub use crate::controller::inputs::Keda;
+pub use execute::Written;
+pub use observe::{REGISTRATIONS_TTL, Tenants};
+pub use plan::{Plan, SecretsRead, plan};
+pub use status::next_status;
+
+/// Condition reason: every child was applied.
+pub const REASON_APPLIED: &str = "Applied";
+/// Condition reason: children applied, but as a plain Deployment because KEDA is not installed.
+pub const REASON_KEDA_NOT_INSTALLED: &str = "KedaNotInstalled";
+/// Condition reason: the CDTarget breaks a rule; every problem is in the message.
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+/// Condition reason: the cluster admin's policy ConfigMap cannot be read as a policy.
+pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
+/// Condition reason: a referenced Secret (or the token key in it) does not exist yet.
+pub const REASON_SECRET_NOT_FOUND: &str = "SecretNotFound";
+/// Condition reason: the API server refused a request; retried with back-off.
+pub const REASON_API_ERROR: &str = "ApiError";
+/// Condition reason: an object with a child's kind and name exists and is not controlled by this
+/// CDTarget; nothing is written.
+pub const REASON_NAME_CONFLICT: &str = "NameConflict";
+/// Condition reason: a referenced Secret is a ServiceAccount token, or the namespace's tenant
+/// identity may not read it (or a referenced ConfigMap, when no Secret is refused).
+pub const REASON_SECRET_NOT_ALLOWED: &str = "SecretNotAllowed";
+/// Condition reason: a referenced ConfigMap cannot be read by the namespace's tenant identity.
+pub const REASON_CONFIG_MAP_NOT_ALLOWED: &str = "ConfigMapNotAllowed";
+
+/// Resync of a CDTarget whose children are in place (drift repair).
+pub const RESYNC: Duration = Duration::from_secs(10 * 60);
+pub use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
+
+/// When the CDTarget reconciler comes back after a failure of each class.
+pub const SCHEDULE: Schedule = Schedule { stalled: STALLED_RESYNC, waiting: WAIT_RETRY, transient: TRANSIENT_RETRY };
+
+/// What the CDTarget reconciler needs.
+#[derive(Clone)]
+pub struct Context {
+    /// Sends every write (children, status) and holds the controller's own client for reads.
+    pub writer: Writer,
+    /// The controller's namespace: the registrations (tenant identities) live there.
+    pub platform_namespace: String,
+    /// The platform policy.
+    pub policy: PolicySource,
+    /// Whether the KEDA CRDs (`ScaledObject`, `TriggerAuthentication`) exist in the cluster;
+    /// re-checked while running.
+    pub keda: Keda,
+    /// Records Events on state changes (none in tests that do not look at them).
+    pub recorder: Option<kube::runtime::events::Recorder>,
+    /// Who the tenant of a namespace is, for what a CDTarget may hand its agents ([`borrowed`]).
+    pub tenants: Tenants,
+}
+
+impl Context {
+    /// A context over the controller's own `client`, reading policy ConfigMap
+    /// `policy_namespace/policy_name` on every reconcile, KEDA not installed, no Events, no
+    /// default tenant ServiceAccount. The controller process replaces the policy source with
+    /// its shared watch ([`Context::with_policy`]).
+    pub fn new(client: Client, policy_namespace: &str, policy_name: &str) -> Self {
+        Context {
+            writer: Writer::new(client.clone()),
+            platform_namespace: policy_namespace.to_owned(),
+            policy: PolicySource::Read { client, namespace: policy_namespace.to_owned(), name: policy_name.to_owned() },
+            keda: Keda::new(false),
+            recorder: None,
+            tenants: Tenants::default(),
+        }
+    }
+
+    /// Reads the policy from `policy`.
+    pub fn with_policy(mut self, policy: PolicySource) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Renders for KEDA as `keda` says.
+    pub fn with_keda(mut self, keda: Keda) -> Self {
+        self.keda = keda;
+        self
+    }
+
+    /// Records Events through `recorder`.
+    pub fn with_recorder(mut self, recorder: kube::runtime::events::Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Finds tenant identities through `tenants`.
+    pub fn with_tenants(mut self, tenants: Tenants) -> Self {
+        self.tenants = tenants;
+        self
+    }
+
+    /// Sends writes through `writer`.
+    pub fn with_writer(mut self, writer: Writer) -> Self {
+        self.writer = writer;
+        self
+    }
+}
+
+/// A failure of one CDTarget reconcile. Problems with the tenant's or admin's input are not
+/// errors: they end in a Stalled or Reconciling status written by [`reconcile`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CDTarget has no namespace (it was not read from the cluster).
+    #[error("CDTarget {0} has no namespace")]
+    NotNamespaced(String),
+    /// Reading an object failed.
+    #[error("reading {kind} {name}: {source}")]
+    Read {
+        /// Kind read.
+        kind: &'static str,
+        /// `namespace/name`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Applying a child failed.
+    #[error(transparent)]
+    Apply(WriteError),
+    /// Asking the API server whether the tenant identity may read a referenced object failed.
+    #[error("asking whether {user} may get {object}: {source}")]
+    Review {
+        /// The tenant identity.
+        user: String,
+        /// `Kind namespace/name` of the object.
+        object: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing status failed.
+    #[error(transparent)]
+    Status(WriteError),
+}
+
+impl Classify for Error {
+    fn class(&self) -> Class {
+        match self {
+            Error::NotNamespaced(_) => Class::Stalled,
+            Error::Read { source, .. } | Error::Review { source, .. } => source.class(),
+            Error::Apply(e) | Error::Status(e) => e.class(),
+        }
+    }
+}
+
+impl Error {
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NotNamespaced(_) => "not_namespaced",
+            Error::Read { .. } => "read",
+            Error::Apply { .. } => "apply",
+            Error::Review { .. } => "review",
+            Error::Status { .. } => "status",
+        }
+    }
+}
+
+/// The requeue after a failed reconcile, chosen by the error's class ([`SCHEDULE`]).
+pub fn error_policy(_target: Arc<CDTarget>, error: &Error, _ctx: Arc<Context>) -> Action {
+    Action::requeue(SCHEDULE.settle(error.class()).requeue)
+}
+
+/// Reconciles one CDTarget: observe, plan, execute, status (see the module documentation).
+pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = target.name_any();
+    let namespace = target.namespace().ok_or_else(|| Error::NotNamespaced(name.clone()))?;
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = "CDTarget",
+        namespace = %namespace,
+        object = %format!("{namespace}/{name}"),
+        generation = target.metadata.generation.unwrap_or_default(),
+    );
+    reconcile_in(target, ctx, namespace).instrument(span).await
+}
+
+async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
+    let observed = observe::observe(&target, &namespace, &ctx).await?;
+    let plan = plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.installed(), &observed.refused);
+
+    let result = match &plan.children {
+        Some(children) => execute::write_children(&ctx.writer, &namespace, &target, children).await,
+        None => Ok(Written::Nothing),
+    };
+    let (health, requeue) = match &result {
+        Ok(Written::Conflicts(conflicts)) => (
+            Health::Stalled { reason: REASON_NAME_CONFLICT.into(), message: children::conflict_message(conflicts) },
+            STALLED_RESYNC,
+        ),
+        Ok(_) => (plan.health.clone(), plan.requeue),
+        // The condition tells the same story as the requeue `error_policy` will pick.
+        Err(e) => {
+            let settled = SCHEDULE.settle(e.class());
+            (Health::failed(settled, REASON_API_ERROR, e.to_string()), settled.requeue)
+        }
+    };
+    // A plan without children already carries the previous summary; a failed write keeps it too.
+    let rendered = match (&plan.children, &result) {
+        (None, _) | (Some(_), Ok(Written::Children)) => plan.rendered,
+        _ => target.status.as_ref().and_then(|s| s.rendered.clone()),
+    };
+    let status = next_status(&target, &health, rendered, &Time(Timestamp::now()));
+    let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let transition = super::events::transition(previous, &status.conditions);
+    status::write(&ctx.writer, &namespace, &target, status)
+        .instrument(tracing::info_span!("status"))
+        .await
+        .map_err(Error::Status)?;
+    super::events::publish(ctx.recorder.as_ref(), target.as_ref(), transition).await;
+    result?;
+    tracing::debug!(reason = health.reason(), requeue_seconds = requeue.as_secs(), "reconciled");
+    Ok(Action::requeue(requeue))
+}

@@ -1,0 +1,232 @@
+//! The CDTarget reconciler's decision, a pure function over what [`super::observe`] read: the
+//! admin's policy, then the tenant's spec, then the references the agents may not be given, then
+//! the Secrets; and, when all is well, the four children and the summary for status.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use kube::ResourceExt;
+
+use super::borrowed::{self, Refusal};
+use super::{
+    REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY, REASON_INVALID_SPEC,
+    REASON_KEDA_NOT_INSTALLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND, RESYNC, STALLED_RESYNC, WAIT_RETRY,
+};
+use crate::api::{CDTarget, RenderedSummary};
+use crate::controller::conditions::Health;
+use crate::policy::Policy;
+use crate::problem::Problem;
+use crate::render::{self, Children, Scaling, SecretDigests};
+
+/// A referenced Secret as read: its data, or `None` when it does not exist.
+pub type SecretsRead = BTreeMap<String, Option<BTreeMap<String, ByteString>>>;
+
+/// What one reconcile decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The health to report.
+    pub health: Health,
+    /// The children to apply, in order; `None` leaves the children in the cluster untouched.
+    pub children: Option<Children>,
+    /// The rendered summary for status (the previous one when nothing is applied).
+    pub rendered: Option<RenderedSummary>,
+    /// When to reconcile again.
+    pub requeue: Duration,
+}
+
+/// Decides what to do with `target` given the policy (or why it is invalid), the referenced
+/// Secrets as read, whether KEDA is installed, and the referenced objects the agents may not be
+/// given ([`borrowed::refusals`]). Order: the admin's policy, then the tenant's spec, then the
+/// refused references (all three need a human, so they are reported before waiting for a
+/// Secret), then the Secrets.
+pub fn plan(
+    target: &CDTarget,
+    policy: &Result<Policy, Vec<Problem>>,
+    secrets: &SecretsRead,
+    keda: bool,
+    refused: &[Refusal],
+) -> Plan {
+    let previous = target.status.as_ref().and_then(|s| s.rendered.clone());
+    let keep = |health: Health, requeue: Duration| Plan { health, children: None, rendered: previous.clone(), requeue };
+
+    let policy = match policy {
+        Ok(policy) => policy,
+        Err(problems) => {
+            let message = format!("the platform policy is invalid (ask a cluster admin): {}", list(problems));
+            return keep(stalled(REASON_INVALID_POLICY, message), STALLED_RESYNC);
+        }
+    };
+    let valid = match render::validate(target, policy) {
+        Ok(valid) => valid,
+        Err(problems) => return keep(stalled(REASON_INVALID_SPEC, list(&problems)), STALLED_RESYNC),
+    };
+    if !refused.is_empty() {
+        let secret = refused.iter().any(|r| r.resource == borrowed::Resource::Secret);
+        let reason = if secret { REASON_SECRET_NOT_ALLOWED } else { REASON_CONFIG_MAP_NOT_ALLOWED };
+        let each = refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+        return keep(
+            stalled(reason, format!("{each}. Nothing was applied; running children are left as they are")),
+            STALLED_RESYNC,
+        );
+    }
+    let digests = match secret_digests(target, secrets) {
+        Ok(digests) => digests,
+        Err(message) => {
+            let health = Health::Progressing { reason: REASON_SECRET_NOT_FOUND.into(), message };
+            return keep(health, WAIT_RETRY);
+        }
+    };
+
+    let scaling = if keda { Scaling::Keda } else { Scaling::Fixed };
+    let children = render::children(&valid, policy, &digests, scaling);
+    let rendered = RenderedSummary {
+        network_policy: children.network_policy.name_any(),
+        deployment: children.deployment.name_any(),
+        scaled_object: children.scaled_object.as_ref().map(ResourceExt::name_any),
+        trigger_authentication: children.trigger_authentication.as_ref().map(ResourceExt::name_any),
+        destinations: valid.destinations.iter().map(ToString::to_string).collect(),
+        secrets_digest: Some(render::secrets_digest(target, &digests)),
+    };
+    let applied = format!("applied NetworkPolicy {} and Deployment {}", rendered.network_policy, rendered.deployment);
+    let health = if keda {
+        Health::Ready {
+            reason: REASON_APPLIED.into(),
+            message: format!("{applied}, with KEDA ScaledObject {0} and TriggerAuthentication {0}", valid.name),
+        }
+    } else {
+        Health::Ready {
+            reason: REASON_KEDA_NOT_INSTALLED.into(),
+            message: format!(
+                "{applied}; KEDA is not installed, so a plain Deployment at minReplicaCount ({} replicas) and no autoscaling",
+                valid.min_replicas
+            ),
+        }
+    };
+    Plan { health, children: Some(children), rendered: Some(rendered), requeue: RESYNC }
+}
+
+/// Digests of the referenced Secrets, or why the agents cannot start yet. Never mentions a
+/// Secret's content.
+fn secret_digests(target: &CDTarget, secrets: &SecretsRead) -> Result<SecretDigests, String> {
+    let mut digests = SecretDigests::new();
+    let mut missing = Vec::new();
+    for name in render::referenced_secrets(target) {
+        match secrets.get(name).and_then(Option::as_ref) {
+            None => missing.push(format!("Secret {name} does not exist")),
+            Some(data) => {
+                if name == target.spec.token_ref && data.get(render::keda::TOKEN_KEY).is_none_or(|v| v.0.is_empty()) {
+                    missing.push(format!("Secret {name} has no non-empty key {}", render::keda::TOKEN_KEY));
+                }
+                digests.insert(name.to_owned(), render::secret_digest(data));
+            }
+        }
+    }
+    if missing.is_empty() {
+        Ok(digests)
+    } else {
+        Err(format!("waiting for the referenced Secrets: {}", missing.join("; ")))
+    }
+}
+
+fn stalled(reason: &str, message: String) -> Health {
+    Health::Stalled { reason: reason.into(), message }
+}
+
+/// `field: message; field: message` (a problem's display leaves out unknown parts).
+fn list(problems: &[Problem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::{AgentConfig, CDTargetSpec, CDTargetStatus};
+
+    use super::*;
+
+    fn target(ip: &[&str]) -> CDTarget {
+        let spec = CDTargetSpec {
+            ip: ip.iter().map(|s| (*s).to_owned()).collect(),
+            agent_image: "ghcr.io/acme/azp-agent:1".into(),
+            token_ref: "azp-token".into(),
+            config: AgentConfig {
+                url: "https://dev.azure.com/acme".into(),
+                pool_name: "pool".into(),
+                ..AgentConfig::default()
+            },
+            ..CDTargetSpec::default()
+        };
+        let mut target = CDTarget::new("agents", spec);
+        target.metadata.namespace = Some("team-a".into());
+        target
+    }
+
+    fn token(value: &str) -> SecretsRead {
+        let data = BTreeMap::from([("AZP_TOKEN".to_owned(), ByteString(value.as_bytes().to_vec()))]);
+        SecretsRead::from([("azp-token".to_owned(), Some(data))])
+    }
+
+    fn reason(health: &Health) -> &str {
+        match health {
+            Health::Ready { reason, .. } | Health::Stalled { reason, .. } | Health::Progressing { reason, .. } => {
+                reason
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_spec_is_reported_before_a_missing_secret_and_applies_nothing() {
+        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), true, &[]);
+        assert!(
+            matches!(&plan.health, Health::Stalled { reason, message } if reason == REASON_INVALID_SPEC && message.starts_with("spec.ip[0]: "))
+        );
+        assert_eq!(plan.children, None);
+    }
+
+    #[test]
+    fn empty_token_waits_without_revealing_secret_content() {
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), true, &[]);
+        assert_eq!(reason(&plan.health), REASON_SECRET_NOT_FOUND);
+        assert_eq!((plan.children, plan.requeue), (None, WAIT_RETRY));
+    }
+
+    #[test]
+    fn without_keda_no_autoscaler_is_planned() {
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false, &[]);
+        assert_eq!(reason(&plan.health), REASON_KEDA_NOT_INSTALLED);
+        let children = plan.children.expect("children");
+        assert!(children.scaled_object.is_none() && children.trigger_authentication.is_none());
+    }
+
+    #[test]
+    fn invalid_policy_stalls_and_keeps_the_previous_summary() {
+        let mut target = target(&["10.1.2.3"]);
+        let previous = RenderedSummary { deployment: "agents".into(), ..RenderedSummary::default() };
+        target.status = Some(CDTargetStatus { rendered: Some(previous.clone()), ..CDTargetStatus::default() });
+        let problems = Err(vec![Problem::field("data.ports", "bad")]);
+        let plan = plan(&target, &problems, &token("pat"), true, &[]);
+        assert_eq!(reason(&plan.health), REASON_INVALID_POLICY);
+        assert_eq!(plan.rendered, Some(previous));
+    }
+
+    #[test]
+    fn a_refused_reference_stalls_before_a_missing_secret_is_awaited_and_applies_nothing() {
+        let refused = [Refusal {
+            field: "spec.caCertRef".into(),
+            resource: borrowed::Resource::Secret,
+            namespace: "team-a".into(),
+            name: "builder-token".into(),
+            why: borrowed::Why::ServiceAccountToken,
+        }];
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &SecretsRead::new(), true, &refused);
+        assert_eq!(
+            (reason(&plan.health), plan.children, plan.requeue),
+            (REASON_SECRET_NOT_ALLOWED, None, STALLED_RESYNC)
+        );
+        let Health::Stalled { message, .. } = &plan.health else { panic!("{:?}", plan.health) };
+        assert!(
+            message.starts_with("spec.caCertRef: Secret team-a/builder-token is a ServiceAccount token"),
+            "{message}"
+        );
+    }
+}

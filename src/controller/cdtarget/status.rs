@@ -1,0 +1,43 @@
+//! The CDTarget's status after a reconcile, and its one write.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ApiResource;
+
+use crate::api::{CDTarget, CDTargetStatus, RenderedSummary};
+use crate::apply::{Write, WriteError, Writer};
+use crate::controller::conditions::{self, Health};
+
+/// The status after a reconcile: conditions summarised from `health`, for the current generation.
+pub fn next_status(
+    target: &CDTarget,
+    health: &Health,
+    rendered: Option<RenderedSummary>,
+    now: &Time,
+) -> CDTargetStatus {
+    let generation = target.metadata.generation;
+    let mut status = target.status.clone().unwrap_or_default();
+    conditions::summarize(&mut status.conditions, health, generation, now);
+    status.observed_generation = generation;
+    status.rendered = rendered;
+    status
+}
+
+/// Writes `status` of `target` once, and only when it differs from what the target holds (an
+/// unchanged cycle writes nothing).
+pub async fn write(
+    writer: &Writer,
+    namespace: &str,
+    target: &CDTarget,
+    status: CDTargetStatus,
+) -> Result<(), WriteError> {
+    if target.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let write = Write::Status {
+        resource: ApiResource::erase::<CDTarget>(&()),
+        namespace: namespace.to_owned(),
+        name: kube::ResourceExt::name_any(target),
+        status: serde_json::to_value(&status).unwrap_or_default(),
+    };
+    writer.execute(write).await.map(|_| ())
+}

@@ -1,0 +1,448 @@
+//! The TenantRepository reconciler's decision, a pure function over what [`super::observe`]
+//! read: what to apply and prune, which conditions to report, what to record, and when to come
+//! back. Nothing is lost on failure: a fetch, load or validation failure applies and prunes
+//! nothing, and the record keeps the last applied revision and the inventory.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::gitlab::GitLabStep;
+use super::observe::Observed;
+use super::{
+    REASON_APPLY_FAILED, REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_PRUNE_FAILED, REASON_SECRET_NOT_FOUND,
+    REASON_SUCCEEDED, REASON_VALIDATION_FAILED, STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY,
+};
+use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
+use crate::apply::server_side;
+use crate::apply::{inventory_of, prune_plan};
+use crate::controller::conditions::{Health, Verdict};
+use crate::error::{Class, Classify, Schedule};
+use crate::manifests::{ApplySet, Content};
+use crate::problem::Problem;
+use crate::source::error::redact_userinfo;
+use crate::source::registration::{DEFAULT_INTERVAL, interval_of};
+
+/// When the reconciler comes back after a failed fetch: a stalled source waits for a change of
+/// the registration or its Secret (both watched), a missing ref for the next poll.
+pub fn fetch_schedule(interval: Duration) -> Schedule {
+    Schedule { stalled: STALLED_RESYNC, waiting: interval, transient: TRANSIENT_RETRY }
+}
+
+/// When the reconciler comes back after a failed apply or prune (and in its error policy): a
+/// refused object waits for a push, which the next poll picks up.
+pub fn apply_schedule(interval: Duration) -> Schedule {
+    Schedule { stalled: interval, waiting: interval, transient: TRANSIENT_RETRY }
+}
+
+/// What one reconcile decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The overall health; `None` while suspended (`Ready` then keeps its status).
+    pub health: Option<Health>,
+    /// `SourceReady`; `None` leaves it as it is.
+    pub source_ready: Option<Verdict>,
+    /// `Applied`; `None` leaves it as it is.
+    pub applied: Option<Verdict>,
+    /// The objects to server-side apply, in order; `None` applies nothing.
+    pub apply: Option<Vec<Value>>,
+    /// The set was applied before (same revision, same rendered set): `apply` holds it, but only
+    /// objects whose live copy no longer holds what Git says are sent (drift is repaired, an
+    /// unchanged cycle writes nothing).
+    pub only_drifted: bool,
+    /// The objects to delete (they left Git), dependents first.
+    pub prune: Vec<InventoryEntry>,
+    /// The commit fetched, when one was.
+    pub fetched_revision: Option<String>,
+    /// The record to keep once `apply` and `prune` succeeded; `None` keeps the previous one.
+    pub record: Option<Record>,
+    /// When to reconcile again; `None` waits for a change of the registration.
+    pub requeue: Option<Duration>,
+    /// The GitLab step's report (`GitLabSynced`, `status.gitlab`); `None` for a registration
+    /// without `spec.gitlab`. Set by [`Plan::with_gitlab`] after the apply.
+    pub gitlab: Option<GitLabStep>,
+}
+
+/// What status records of an applied set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The applied commit.
+    pub revision: String,
+    /// Digest of the applied objects.
+    pub digest: String,
+    /// Every applied object.
+    pub inventory: Vec<InventoryEntry>,
+}
+
+/// Decides what to do with `repo` given what was read. `jitter` is added to the interval so that
+/// registrations created together do not poll together.
+pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Plan {
+    let status = repo.status.clone().unwrap_or_default();
+    let interval = interval_of(&repo.spec).unwrap_or(DEFAULT_INTERVAL) + jitter;
+    let nothing = |health: Health, source_ready: Option<Verdict>, applied: Option<Verdict>, requeue| Plan {
+        health: Some(health),
+        source_ready,
+        applied,
+        apply: None,
+        only_drifted: false,
+        prune: Vec::new(),
+        fetched_revision: None,
+        record: None,
+        requeue: Some(requeue),
+        gitlab: None,
+    };
+
+    match observed {
+        Observed::Suspended => Plan {
+            health: None,
+            source_ready: None,
+            applied: None,
+            apply: None,
+            only_drifted: false,
+            prune: Vec::new(),
+            fetched_revision: None,
+            record: None,
+            requeue: None,
+            gitlab: None,
+        },
+        Observed::InvalidSpec(message) => {
+            let verdict = Verdict::new(false, REASON_INVALID_SPEC, &message);
+            nothing(stalled(REASON_INVALID_SPEC, message), Some(verdict), None, STALLED_RESYNC)
+        }
+        Observed::SecretNotFound(name) => {
+            let message = format!("waiting for the credentials Secret {name}");
+            let verdict = Verdict::new(false, REASON_SECRET_NOT_FOUND, &message);
+            let health = Health::Progressing { reason: REASON_SECRET_NOT_FOUND.into(), message };
+            nothing(health, Some(verdict), None, WAIT_RETRY)
+        }
+        Observed::FetchFailed(error) => {
+            let reason = error.kind.reason();
+            let message = format!("fetching {}: {}", redact_userinfo(&repo.spec.url), error.message);
+            let verdict = Some(Verdict::new(false, reason, &message));
+            let settled = fetch_schedule(interval).settle(error.class());
+            nothing(Health::failed(settled, reason, message), verdict, None, settled.requeue)
+        }
+        Observed::InvalidPolicy { revision, problems } => {
+            let message = format!("the platform policy is invalid (ask a cluster admin): {}", list(&problems));
+            let source = Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision));
+            let applied = Verdict::new(false, REASON_INVALID_POLICY, &message);
+            let mut plan = nothing(stalled(REASON_INVALID_POLICY, message), Some(source), Some(applied), interval);
+            plan.fetched_revision = Some(revision);
+            plan
+        }
+        Observed::Fetched { revision, load: Err(problems) } => {
+            let message = format!("revision {} was not applied: {}", short(&revision), list(&problems));
+            let source = Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision));
+            let applied = Verdict::new(false, REASON_VALIDATION_FAILED, &message);
+            // A tenant fixes this with a push, which the next poll (or the webhook) picks up.
+            let mut plan = nothing(stalled(REASON_VALIDATION_FAILED, message), Some(source), Some(applied), interval);
+            plan.fetched_revision = Some(revision);
+            plan
+        }
+        Observed::Fetched { revision, load: Ok(set) } => {
+            let namespace = repo.spec.target_namespace.as_str();
+            let objects = objects_of(&set, namespace);
+            let inventory = inventory_of(&objects);
+            let digest = server_side::digest(&objects);
+            let unchanged = status.last_applied_revision.as_deref() == Some(revision.as_str())
+                && status.last_applied_digest.as_deref() == Some(digest.as_str());
+            let prune = if repo.spec.prune {
+                // Only what this registration applied, and only in its own target namespace.
+                let previous: Vec<InventoryEntry> =
+                    status.inventory.iter().filter(|e| e.namespace == namespace).cloned().collect();
+                prune_plan(&previous, &inventory)
+            } else {
+                Vec::new()
+            };
+            let message =
+                format!("applied {} objects of revision {} into {namespace}", objects.len(), short(&revision));
+            Plan {
+                health: Some(Health::Ready { reason: REASON_SUCCEEDED.into(), message: message.clone() }),
+                source_ready: Some(Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision))),
+                applied: Some(Verdict::new(true, REASON_SUCCEEDED, message)),
+                apply: Some(objects),
+                only_drifted: unchanged,
+                prune,
+                fetched_revision: Some(revision.clone()),
+                record: Some(Record { revision, digest, inventory }),
+                requeue: Some(interval),
+                gitlab: None,
+            }
+        }
+    }
+}
+
+impl Plan {
+    /// The plan with the GitLab step's report; a transient GitLab failure brings the next
+    /// reconcile forward, and so does a failed fetch in the pass that just put the deploy key on
+    /// GitLab (the first fetch of a new registration runs before its key is registered).
+    /// Nothing else of the plan changes.
+    pub fn with_gitlab(mut self, step: Option<GitLabStep>) -> Plan {
+        let fetch_failed = self.source_ready.as_ref().is_some_and(|v| !v.ok);
+        let key_just_registered = step.as_ref().is_some_and(|s| s.changed && s.verdict.ok);
+        if fetch_failed && key_just_registered {
+            self.requeue = Some(self.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY)));
+        }
+        if let Some(sooner) = step.as_ref().and_then(|s| s.requeue) {
+            self.requeue = Some(self.requeue.map_or(sooner, |r| r.min(sooner)));
+        }
+        self.gitlab = step;
+        self
+    }
+
+    /// The plan after the API server refused an object of the set: nothing is pruned, the
+    /// previous revision stays recorded, and the inventory also holds what this attempt may
+    /// have created, so that nothing escapes a later prune.
+    pub fn apply_failed(mut self, repo: &TenantRepository, message: String, class: Class) -> Plan {
+        let previous = repo.status.clone().unwrap_or_default();
+        let attempted = self.record.take().map(|r| r.inventory).unwrap_or_default();
+        let inventory = union(&previous.inventory, &attempted);
+        self.record = previous
+            .last_applied_revision
+            .clone()
+            .map(|revision| Record {
+                revision,
+                digest: previous.last_applied_digest.clone().unwrap_or_default(),
+                inventory: inventory.clone(),
+            })
+            .or(Some(Record { revision: String::new(), digest: String::new(), inventory }));
+        self.failed(REASON_APPLY_FAILED, message, class)
+    }
+
+    /// The plan after the set was applied but deleting an object that left Git failed: the
+    /// applied revision is recorded, and the objects not deleted stay in the inventory so the
+    /// next cycle deletes them.
+    pub fn prune_failed(mut self, message: String, class: Class) -> Plan {
+        if let Some(record) = &mut self.record {
+            record.inventory = union(&record.inventory, &self.prune);
+        }
+        self.failed(REASON_PRUNE_FAILED, message, class)
+    }
+
+    fn failed(mut self, reason: &str, message: String, class: Class) -> Plan {
+        self.applied = Some(Verdict::new(false, reason, &message));
+        self.apply = None;
+        self.only_drifted = false;
+        self.prune = Vec::new();
+        // The plan's own requeue is the interval (with its jitter): a stalled or waiting apply
+        // is tried again with the next poll, which also picks up a fixing push.
+        let interval = self.requeue.unwrap_or(DEFAULT_INTERVAL);
+        let settled = apply_schedule(interval).settle(class);
+        self.health = Some(Health::failed(settled, reason, message));
+        self.requeue = Some(settled.requeue);
+        self
+    }
+}
+
+/// The objects of `set` as they are sent: every document with its namespace, in apply order.
+pub fn objects_of(set: &ApplySet, namespace: &str) -> Vec<Value> {
+    set.documents
+        .iter()
+        .map(|document| {
+            let mut value = match &document.content {
+                Content::CDTarget(target) => {
+                    let mut value = serde_json::to_value(target.as_ref()).unwrap_or_default();
+                    if let Some(object) = value.as_object_mut() {
+                        object.remove("status");
+                    }
+                    value
+                }
+                Content::Object(value) => value.clone(),
+            };
+            if let Some(metadata) = value.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+                metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
+            }
+            value
+        })
+        .collect()
+}
+
+fn union(a: &[InventoryEntry], b: &[InventoryEntry]) -> Vec<InventoryEntry> {
+    a.iter().chain(b).cloned().collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+fn stalled(reason: &str, message: String) -> Health {
+    Health::Stalled { reason: reason.into(), message }
+}
+
+fn fetched_message(revision: &str) -> String {
+    format!("fetched revision {revision}")
+}
+
+fn short(revision: &str) -> &str {
+    revision.get(..12).unwrap_or(revision)
+}
+
+/// `file:doc: field: message; …`.
+fn list(problems: &[Problem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::api::tenant_repository::{TenantRepositorySpec, TenantRepositoryStatus};
+    use crate::controller::tenant_repository::status::next_status;
+    use crate::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
+    use crate::gitlab;
+    use crate::manifests;
+    use crate::source::{FailureKind, SourceError};
+
+    fn repo(prune: bool, status: Option<TenantRepositoryStatus>) -> TenantRepository {
+        let spec = TenantRepositorySpec {
+            url: "file:///repo.git".into(),
+            target_namespace: "team-a".into(),
+            service_account_name: "deployer".into(),
+            interval: Some("1m".into()),
+            prune,
+            ..TenantRepositorySpec::default()
+        };
+        let mut repo = TenantRepository::new("team-a-repo", spec);
+        repo.status = status;
+        repo
+    }
+
+    fn config_map(name: &str) -> ApplySet {
+        let value = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "team-a"}});
+        let document =
+            manifests::Document { file: "a.yaml".into(), index: 1, line: 1, content: Content::Object(value) };
+        ApplySet { documents: vec![document] }
+    }
+
+    fn entry(name: &str) -> InventoryEntry {
+        InventoryEntry {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: "team-a".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn first_apply_applies_records_and_requeues_at_the_interval_with_jitter() {
+        let plan = plan(
+            &repo(true, None),
+            Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
+            Duration::from_secs(3),
+        );
+        assert_eq!(plan.apply.as_ref().map(Vec::len), Some(1));
+        assert_eq!(plan.record.as_ref().unwrap().inventory, [entry("a")]);
+        assert_eq!(plan.requeue, Some(Duration::from_secs(63)));
+        assert!(matches!(plan.health, Some(Health::Ready { .. })));
+    }
+
+    #[test]
+    fn a_fetch_refused_in_the_pass_that_registered_the_deploy_key_comes_back_soon() {
+        let refused = || {
+            plan(
+                &repo(true, None),
+                Observed::FetchFailed(SourceError::new(FailureKind::AuthenticationFailed, "denied")),
+                Duration::ZERO,
+            )
+        };
+        let synced = |changed| GitLabStep {
+            verdict: Verdict::new(true, gitlab::REASON_SYNCED, "ok"),
+            status: None,
+            requeue: None,
+            changed,
+        };
+        assert_eq!(refused().requeue, Some(STALLED_RESYNC), "a refused fetch alone stalls");
+        assert_eq!(refused().with_gitlab(Some(synced(true))).requeue, Some(TRANSIENT_RETRY));
+        assert_eq!(refused().with_gitlab(Some(synced(false))).requeue, Some(STALLED_RESYNC));
+    }
+
+    #[test]
+    fn a_failed_fetch_names_the_url_without_its_userinfo() {
+        let mut repo = repo(true, None);
+        repo.spec.url = "https://oauth2:glpat-in-the-url@gitlab.example.com/team/app.git".into();
+        let error = SourceError::new(FailureKind::Unreachable, "connection refused");
+        let plan = plan(&repo, Observed::FetchFailed(error), Duration::ZERO);
+        let message = plan.source_ready.expect("SourceReady").message;
+        assert_eq!(message, "fetching https://***@gitlab.example.com/team/app.git: connection refused");
+    }
+
+    #[test]
+    fn unchanged_revision_and_set_apply_only_what_drifted() {
+        let first = plan(
+            &repo(true, None),
+            Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
+            Duration::ZERO,
+        );
+        let record = first.record.unwrap();
+        let status = TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            last_applied_digest: Some(record.digest),
+            inventory: record.inventory,
+            ..TenantRepositoryStatus::default()
+        };
+        let again = plan(
+            &repo(true, Some(status)),
+            Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) },
+            Duration::ZERO,
+        );
+        assert!(again.only_drifted, "the live objects are compared, not applied blindly");
+        assert_eq!((again.apply.map(|a| a.len()), again.prune), (Some(1), vec![]));
+    }
+
+    #[test]
+    fn prune_only_from_the_previous_inventory_and_only_when_enabled() {
+        let status =
+            TenantRepositoryStatus { inventory: vec![entry("a"), entry("old")], ..TenantRepositoryStatus::default() };
+        let observed = || Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) };
+        assert_eq!(plan(&repo(true, Some(status.clone())), observed(), Duration::ZERO).prune, [entry("old")]);
+        assert!(plan(&repo(false, Some(status)), observed(), Duration::ZERO).prune.is_empty());
+    }
+
+    #[test]
+    fn validation_failure_applies_and_prunes_nothing_and_keeps_the_record() {
+        let status = TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            inventory: vec![entry("a")],
+            ..TenantRepositoryStatus::default()
+        };
+        let repo = repo(true, Some(status));
+        let problems = vec![Problem::field("spec.ip[0]", "bad").located("targets.yaml", Some(1), Some(1))];
+        let plan = plan(&repo, Observed::Fetched { revision: "def".into(), load: Err(problems) }, Duration::ZERO);
+        assert_eq!((plan.apply.clone(), plan.prune.clone(), plan.record.clone()), (None, vec![], None));
+        assert!(
+            matches!(&plan.health, Some(Health::Stalled { reason, message }) if reason == REASON_VALIDATION_FAILED && message.contains("targets.yaml:1: spec.ip[0]: bad"))
+        );
+        let status = next_status(&repo, &plan, None, &Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
+        assert_eq!(status.last_fetched_revision.as_deref(), Some("def"));
+        assert_eq!(status.inventory, [entry("a")]);
+    }
+
+    #[test]
+    fn source_failures_requeue_by_class() {
+        let failed = |kind| plan(&repo(true, None), Observed::FetchFailed(SourceError::new(kind, "x")), Duration::ZERO);
+        let auth = failed(FailureKind::AuthenticationFailed);
+        assert!(matches!(&auth.health, Some(Health::Stalled { reason, .. }) if reason == "AuthenticationFailed"));
+        assert_eq!(auth.requeue, Some(STALLED_RESYNC));
+        assert_eq!(failed(FailureKind::RefNotFound).requeue, Some(Duration::from_secs(60)));
+        assert_eq!(failed(FailureKind::Timeout).requeue, Some(TRANSIENT_RETRY));
+        assert_eq!(auth.source_ready.unwrap().reason, "AuthenticationFailed");
+    }
+
+    #[test]
+    fn failed_apply_keeps_the_previous_revision_and_tracks_what_it_may_have_created() {
+        let status = TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            inventory: vec![entry("old")],
+            ..TenantRepositoryStatus::default()
+        };
+        let repo = repo(true, Some(status));
+        let planned =
+            plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) }, Duration::ZERO);
+        let failed = planned.apply_failed(&repo, "applying ConfigMap team-a/a: forbidden".into(), Class::Waiting);
+        assert!(failed.prune.is_empty());
+        let status = next_status(&repo, &failed, None, &Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
+        assert_eq!(status.inventory, [entry("a"), entry("old")]);
+        assert!(status.conditions.iter().any(|c| c.type_ == APPLIED && c.reason == REASON_APPLY_FAILED));
+    }
+}
