@@ -13,6 +13,8 @@ pub mod api;
 pub mod apply;
 pub mod cli;
 pub mod controller;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod gitlab;
 pub mod manifests;
 pub mod policy;
