@@ -3,6 +3,7 @@
 //! (each extra binary links the whole dependency tree again).
 
 mod bad_input;
+mod cases;
 mod cli;
 mod crds;
 mod defects;
