@@ -456,11 +456,10 @@ mod tests {
             .pruning(false);
         assert_eq!(repo.metadata.namespace.as_deref(), Some(PLATFORM_NAMESPACE));
         let webhook = repo.spec.webhook.as_ref().unwrap();
-        assert_eq!((webhook.kind, webhook.secret_ref.name.as_str(), webhook.events.as_slice()), (
-            WebhookType::Github,
-            "hook",
-            ["push".to_owned()].as_slice()
-        ));
+        assert_eq!(
+            (webhook.kind, webhook.secret_ref.name.as_str(), webhook.events.as_slice()),
+            (WebhookType::Github, "hook", ["push".to_owned()].as_slice())
+        );
         assert_eq!(repo.spec.git_ref.as_ref().and_then(|r| r.tag.as_deref()), Some("v1"));
         assert!(!repo.spec.prune);
         assert!(TenantRepository::test().spec.prune, "prune defaults to true, as the API reads it");

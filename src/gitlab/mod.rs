@@ -382,8 +382,8 @@ mod tests {
     #[test]
     fn input_for_a_branch_registration() {
         let token = Secret::new("hook-token");
-        let input = SyncInput::for_registration(&registration(managed()), KEY, &token, "https://cd.example.com/")
-            .unwrap();
+        let input =
+            SyncInput::for_registration(&registration(managed()), KEY, &token, "https://cd.example.com/").unwrap();
         assert_eq!(input.project, ProjectRef { path: "team-a/infra/app".into(), id: None });
         assert_eq!(input.desired.ownership.marker, "cdtarget:platform/app");
         let key = input.desired.key.unwrap();
@@ -428,12 +428,10 @@ mod tests {
     #[test]
     fn wrong_inputs_are_named() {
         let token = Secret::new("t");
-        let error =
-            SyncInput::for_registration(&registration(managed()), "garbage", &token, "https://cd.example.com")
-                .unwrap_err();
+        let error = SyncInput::for_registration(&registration(managed()), "garbage", &token, "https://cd.example.com")
+            .unwrap_err();
         assert!(error.message.contains("the deploy key (`identity.pub`)"), "{error}");
-        let error =
-            SyncInput::for_registration(&registration(managed()), KEY, &token, "cd.example.com").unwrap_err();
+        let error = SyncInput::for_registration(&registration(managed()), KEY, &token, "cd.example.com").unwrap_err();
         assert!(error.message.contains("--webhook-external-url"), "{error}");
         let mut repo = registration(managed());
         repo.spec.gitlab = None;
@@ -444,8 +442,7 @@ mod tests {
 
     #[test]
     fn rotation_wants_the_new_key_and_keeps_the_old() {
-        let input =
-            SyncInput::for_registration(&registration(managed()), KEY, &Secret::new("t"), "https://x").unwrap();
+        let input = SyncInput::for_registration(&registration(managed()), KEY, &Secret::new("t"), "https://x").unwrap();
         let new = keys::generate("c").unwrap();
         let rotating = input.rotating_to(&new.public_openssh).unwrap();
         assert_eq!(rotating.desired.key.as_ref().unwrap().fingerprint, new.fingerprint);

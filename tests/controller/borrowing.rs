@@ -8,8 +8,8 @@ use cdtarget::api::CDTarget;
 use cdtarget::controller::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
 use cdtarget::controller::cdtarget::{Context, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_SECRET_NOT_ALLOWED};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
-use k8s_openapi::api::apps::v1::Deployment;
 use cdtarget::fixtures::{env_from_config_map, env_from_secret};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
@@ -59,7 +59,9 @@ async fn minted_token(cluster: &Cluster, name: &str) {
 async fn a_service_account_token_secret_as_ca_env_or_pull_secret_is_refused_and_nothing_is_applied() {
     let cases: [(&str, SpecChange); 3] = [
         ("spec.caCertRef", |target| target.with_ca_cert_ref("builder-token")),
-        ("spec.env[0].valueFrom.secretKeyRef.name", |target| target.with_env(env_secret("KUBE_TOKEN", "builder-token"))),
+        ("spec.env[0].valueFrom.secretKeyRef.name", |target| {
+            target.with_env(env_secret("KUBE_TOKEN", "builder-token"))
+        }),
         ("spec.imagePullSecrets[0].name", |target| target.with_image_pull_secret("builder-token")),
     ];
     for (field, change) in cases {

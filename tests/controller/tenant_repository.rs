@@ -391,9 +391,7 @@ async fn a_missing_credentials_secret_waits_and_a_webhook_token_yields_the_path(
     let fixture = Fixture::new().await;
     fixture.repo.commit_and_push(&[("deploy/ok.yaml", config_map_yaml("ok", "1"))], "x");
     fixture.put_platform_secret("hook", &[("token", "s3cret")]).await;
-    fixture
-        .register(|repo| repo.with_secret_ref("git-creds").with_webhook_secret("hook"))
-        .await;
+    fixture.register(|repo| repo.with_secret_ref("git-creds").with_webhook_secret("hook")).await;
     let action = fixture.reconcile().await;
     assert_eq!(action, Action::requeue(Duration::from_secs(30)));
     let status = fixture.status().await;
@@ -443,9 +441,7 @@ async fn spec_timeout_bounds_the_fetch_of_that_registration() {
     let stalling = Stalling::start();
     let fixture = Fixture::new().await;
     let url = stalling.url("http");
-    fixture
-        .register(|repo| repo.with_url(&url).with_timeout("1s"))
-        .await;
+    fixture.register(|repo| repo.with_url(&url).with_timeout("1s")).await;
     fixture.reconcile().await;
     let status = fixture.status().await;
     let source_ready = condition(&status, SOURCE_READY);

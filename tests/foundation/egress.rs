@@ -9,9 +9,7 @@ use cdtarget::policy::Policy;
 use cdtarget::render::{self, Scaling, SecretDigests};
 
 use super::cases::{Case, PolicyCase, one_file, policy_at, policy_case, run_all, run_policy_cases, target_at};
-use super::support::{
-    self, example_policy, example_policy_with, valid_plus, with_ips, with_trigger, with_url,
-};
+use super::support::{self, example_policy, example_policy_with, valid_plus, with_ips, with_trigger, with_url};
 
 /// The example policy, but custom nameservers are allowed.
 fn nameservers_allowed() -> Policy {

@@ -7,10 +7,10 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use cdtarget::api::CDTarget;
 use cdtarget::api::policy::{
     MaxAddressesDocument, MinPrefixLengthDocument, PlatformTargetDocument, PolicyDocument, PortDocument,
 };
-use cdtarget::api::CDTarget;
 use cdtarget::policy::address::{self, Rules, Use};
 use cdtarget::policy::{self, Policy, cidr, outbound};
 use cdtarget::render::{self, Scaling, SecretDigests};

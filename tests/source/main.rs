@@ -124,7 +124,6 @@ impl Served {
     pub fn fetch_updated(&self) -> source::Snapshot {
         fetch_updated(self.cache.path(), &self.request)
     }
-
 }
 
 /// Panics unless `running` still holds its `settings.yaml` and is the only snapshot in `cache`
