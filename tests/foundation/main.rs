@@ -11,6 +11,7 @@ mod deploy;
 mod egress;
 mod golden;
 mod keda_schema;
+mod lints;
 mod properties;
 mod support;
 mod tenancy;
