@@ -131,11 +131,8 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     // for a Secret that does not exist.
     let targets = Api::<CDTarget>::namespaced(client.clone(), TENANT);
     let agents = targets.get("agents").await.expect("applied from Git");
-    let thief = CDTarget::new("thief", agents.spec.clone()).in_namespace(TENANT).with_env(env_from_secret(
-        "KUBE_TOKEN",
-        "builder-token",
-        "token",
-    ));
+    let stolen = env_from_secret("KUBE_TOKEN", "builder-token", "token");
+    let thief = CDTarget::new("thief", agents.spec.clone()).in_namespace(TENANT).with_env(stolen);
     targets.create(&PostParams::default(), &thief).await.unwrap();
     let waiting = CDTarget::new("waiting", agents.spec.clone()).with_token_ref("not-there");
     targets.create(&PostParams::default(), &waiting).await.unwrap();

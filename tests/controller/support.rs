@@ -175,9 +175,10 @@ impl Cluster {
     /// Creates a Secret of `type_` with `annotations` in the tenant namespace (what a tenant
     /// with `create` on Secrets can do).
     pub async fn put_typed_secret(&self, name: &str, type_: &str, annotations: &[(&str, &str)], data: &[(&str, &str)]) {
-        let secret = annotations.iter().fold(fixtures::secret(name, data).of_type(type_), |secret, (key, value)| {
-            secret.with_annotation(key, value)
-        });
+        let mut secret = fixtures::secret(name, data).of_type(type_);
+        for (key, value) in annotations {
+            secret = secret.with_annotation(key, value);
+        }
         self.api::<Secret>().create(&PostParams::default(), &secret).await.expect("create Secret");
     }
 
