@@ -412,6 +412,7 @@ fn controller_side(url: &str, shape: Shape, concurrency: usize, cache: &Path) {
 }
 
 /// This process's resident set now and at its peak so far, from `/proc/self/status`.
+#[allow(unsafe_code)] // a libc call of the benchmark; `[lints]` denies unsafe code, src/ forbids it
 fn memory() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {

@@ -336,6 +336,7 @@ struct Group {
 }
 
 impl Drop for Group {
+    #[allow(unsafe_code)] // a libc call of the benchmark; `[lints]` denies unsafe code, src/ forbids it
     fn drop(&mut self) {
         if !self.reaped {
             // SAFETY: kill(2) with plain integers; the group is the one our child leads.
@@ -412,6 +413,7 @@ fn wait_for_idle_server(daemon: &GitDaemon) {
 }
 
 /// User plus system CPU of every child this process has reaped so far.
+#[allow(unsafe_code)] // a libc call of the benchmark; `[lints]` denies unsafe code, src/ forbids it
 fn children_cpu() -> Duration {
     // SAFETY: rusage is plain old data; getrusage only writes to the pointer it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

@@ -1,4 +1,5 @@
 //! The `cdtarget` binary: thin wiring around [`cdtarget::cli`].
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

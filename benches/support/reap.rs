@@ -6,6 +6,7 @@ use std::io;
 
 /// Waits for `pid` (an unreaped child of this process) to end; its wait status and its
 /// resource usage.
+#[allow(unsafe_code)] // a libc call of the benchmark; `[lints]` denies unsafe code, src/ forbids it
 pub fn wait4(pid: libc::pid_t) -> io::Result<(i32, libc::rusage)> {
     let mut status = 0;
     // SAFETY: rusage is plain old data, and wait4 only writes to the two pointers it is given.

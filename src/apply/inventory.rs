@@ -47,13 +47,9 @@ mod tests {
 
     use super::*;
 
+    /// An entry in `team-a`.
     fn entry(api_version: &str, kind: &str, name: &str) -> InventoryEntry {
-        InventoryEntry {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: "team-a".into(),
-            name: name.into(),
-        }
+        InventoryEntry::test(api_version, kind, name)
     }
 
     #[test]

@@ -350,27 +350,19 @@ pub async fn sync_many(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::tenant_repository::{GitLabSpec, GitRef};
-    use crate::api::{TenantRepositorySpec, TenantRepositoryStatus};
+    use crate::api::tenant_repository::GitLabSpec;
 
-    fn registration(gitlab: GitLabSpec, git_ref: Option<GitRef>) -> TenantRepository {
-        let mut repo = TenantRepository::new(
-            "app",
-            TenantRepositorySpec {
-                url: "ssh://git@gitlab.example.com:2222/team-a/infra/app.git".into(),
-                git_ref,
-                target_namespace: "team-a".into(),
-                service_account_name: "deployer".into(),
-                gitlab: Some(gitlab),
-                ..TenantRepositorySpec::default()
-            },
-        );
-        repo.metadata.namespace = Some("platform".into());
-        repo
+    /// Registration `platform/app` of a project on GitLab, managed as `gitlab` says.
+    fn registration(gitlab: GitLabSpec) -> TenantRepository {
+        TenantRepository::test()
+            .with_name("app")
+            .in_namespace("platform")
+            .with_url("ssh://git@gitlab.example.com:2222/team-a/infra/app.git")
+            .with_gitlab(gitlab)
     }
 
     fn managed() -> GitLabSpec {
-        GitLabSpec { project: None, manage_deploy_key: true, manage_webhook: true }
+        GitLabSpec::test()
     }
 
     const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILbBb74Tqeww9J+3OUdxirDinttxh0BweXo4lEE08c1T test";
@@ -392,8 +384,8 @@ mod tests {
     #[test]
     fn input_for_a_branch_registration() {
         let token = Secret::new("hook-token");
-        let input = SyncInput::for_registration(&registration(managed(), None), KEY, &token, "https://cd.example.com/")
-            .unwrap();
+        let input =
+            SyncInput::for_registration(&registration(managed()), KEY, &token, "https://cd.example.com/").unwrap();
         assert_eq!(input.project, ProjectRef { path: "team-a/infra/app".into(), id: None });
         assert_eq!(input.desired.ownership.marker, "cdtarget:platform/app");
         let key = input.desired.key.unwrap();
@@ -408,19 +400,14 @@ mod tests {
 
     #[test]
     fn input_for_a_tag_registration_with_known_ids_and_unmanaged_key() {
-        let mut repo = registration(
-            GitLabSpec { project: Some("/other/app/".into()), manage_deploy_key: false, manage_webhook: true },
-            Some(GitRef { tag: Some("v1".into()), ..GitRef::default() }),
-        );
-        repo.status = Some(TenantRepositoryStatus {
-            gitlab: Some(GitLabStatus {
+        let repo = registration(GitLabSpec::test().for_project("/other/app/").without_deploy_key())
+            .with_tag("v1")
+            .with_gitlab_status(GitLabStatus {
                 project_id: Some(42),
                 project_path: Some("other/app".into()),
                 deploy_key_id: Some(1),
                 hook_id: Some(2),
-            }),
-            ..TenantRepositoryStatus::default()
-        });
+            });
         let input = SyncInput::for_registration(&repo, "ignored", &Secret::new("t"), "https://cd.example.com").unwrap();
         assert_eq!(input.project, ProjectRef { path: "other/app".into(), id: Some(42) });
         assert_eq!((input.desired.ownership.deploy_key_id, input.desired.ownership.hook_id), (Some(1), Some(2)));
@@ -431,14 +418,10 @@ mod tests {
 
     #[test]
     fn a_recorded_id_of_another_path_is_not_reused() {
-        let mut repo = registration(managed(), None);
-        repo.status = Some(TenantRepositoryStatus {
-            gitlab: Some(GitLabStatus {
-                project_id: Some(42),
-                project_path: Some("old/path".into()),
-                ..GitLabStatus::default()
-            }),
-            ..TenantRepositoryStatus::default()
+        let repo = registration(managed()).with_gitlab_status(GitLabStatus {
+            project_id: Some(42),
+            project_path: Some("old/path".into()),
+            ..GitLabStatus::default()
         });
         let input = SyncInput::for_registration(&repo, KEY, &Secret::new("t"), "https://cd.example.com").unwrap();
         assert_eq!(input.project.id, None);
@@ -447,14 +430,12 @@ mod tests {
     #[test]
     fn wrong_inputs_are_named() {
         let token = Secret::new("t");
-        let error =
-            SyncInput::for_registration(&registration(managed(), None), "garbage", &token, "https://cd.example.com")
-                .unwrap_err();
+        let error = SyncInput::for_registration(&registration(managed()), "garbage", &token, "https://cd.example.com")
+            .unwrap_err();
         assert!(error.message.contains("the deploy key (`identity.pub`)"), "{error}");
-        let error =
-            SyncInput::for_registration(&registration(managed(), None), KEY, &token, "cd.example.com").unwrap_err();
+        let error = SyncInput::for_registration(&registration(managed()), KEY, &token, "cd.example.com").unwrap_err();
         assert!(error.message.contains("--webhook-external-url"), "{error}");
-        let mut repo = registration(managed(), None);
+        let mut repo = registration(managed());
         repo.spec.gitlab = None;
         assert!(
             SyncInput::for_registration(&repo, KEY, &token, "https://x").unwrap_err().message.contains("spec.gitlab")
@@ -463,8 +444,7 @@ mod tests {
 
     #[test]
     fn rotation_wants_the_new_key_and_keeps_the_old() {
-        let input =
-            SyncInput::for_registration(&registration(managed(), None), KEY, &Secret::new("t"), "https://x").unwrap();
+        let input = SyncInput::for_registration(&registration(managed()), KEY, &Secret::new("t"), "https://x").unwrap();
         let new = keys::generate("c").unwrap();
         let rotating = input.rotating_to(&new.public_openssh).unwrap();
         assert_eq!(rotating.desired.key.as_ref().unwrap().fingerprint, new.fingerprint);

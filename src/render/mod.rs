@@ -1,7 +1,7 @@
 //! The renderer: CDTarget + policy + referenced-secret digests → the four child objects.
 //!
-//! Pure functions only: no I/O and no client. [`validate`] checks everything first and every
-//! builder works from the resulting [`ValidTarget`], so rendering itself cannot fail.
+//! Pure functions only: no I/O and no client. [`validate()`](fn@validate) checks everything first
+//! and every builder works from the resulting [`ValidTarget`], so rendering itself cannot fail.
 
 pub mod deployment;
 pub mod keda;

@@ -5,8 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use git2::{
     AutotagOption, CertificateCheckStatus, ConfigLevel, Cred, CredentialType, Direction, ErrorClass, ErrorCode,
@@ -18,47 +17,16 @@ use super::known_hosts::{HostKeyVerdict, KnownHosts};
 use super::snapshot;
 use super::url::RemoteUrl;
 use super::{Credentials, Fetched, Limits, Progress, Reference, Request, Snapshot};
+use crate::libgit2_globals;
 
 /// libgit2 asks again after every rejected credential; a wrong key must not loop forever.
 const MAX_CREDENTIAL_ATTEMPTS: u32 = 3;
 /// Where the fetched commit is kept in the cache repository.
 const FETCHED_REF: &str = "refs/cdtarget/fetched";
 
-static INIT: Once = Once::new();
-static IO_TIMEOUT_MS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(30_000);
-/// Set once the global, XDG, system and ProgramData configuration search paths are emptied.
-static ISOLATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Sets libgit2's socket timeouts (connect and every read), which end a stalled transfer where
-/// no progress callback would run. Takes effect only before the first fetch of the process.
-pub fn set_io_timeout(timeout: Duration) {
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX).max(1);
-    IO_TIMEOUT_MS.store(ms, std::sync::atomic::Ordering::SeqCst);
-}
-
-#[allow(unsafe_code)]
-fn init_libgit2() {
-    INIT.call_once(|| {
-        let ms = IO_TIMEOUT_MS.load(std::sync::atomic::Ordering::SeqCst);
-        // SAFETY: the options are plain C globals. Every use of libgit2 in cdtarget passes through
-        // this `Once` first, so no other thread is inside libgit2 while they are written, and every
-        // later reader is ordered after the write.
-        unsafe {
-            let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms);
-            let _ = git2::opts::set_server_timeout_in_milliseconds(ms);
-            // No configuration but the cache repository's own: a `$HOME/.gitconfig`,
-            // `$XDG_CONFIG_HOME/git/config` or `/etc/gitconfig` (`url.<x>.insteadOf`,
-            // `http.followRedirects`, proxies) must not change where or how a tenant is fetched.
-            let levels = [ConfigLevel::System, ConfigLevel::XDG, ConfigLevel::Global, ConfigLevel::ProgramData];
-            let isolated = levels.into_iter().all(|level| git2::opts::set_search_path(level, "").is_ok());
-            ISOLATED.store(isolated, std::sync::atomic::Ordering::SeqCst);
-        }
-    });
-}
-
 /// Refuses to fetch when libgit2 could not be cut off from the machine's git configuration.
 fn ensure_isolated() -> Result<(), SourceError> {
-    if ISOLATED.load(std::sync::atomic::Ordering::SeqCst) {
+    if libgit2_globals::isolated() {
         Ok(())
     } else {
         Err(SourceError::new(
@@ -314,7 +282,7 @@ pub fn fetch(
     limits: &Limits,
     progress: Option<&mut dyn FnMut(&Progress)>,
 ) -> Result<Fetched, SourceError> {
-    init_libgit2();
+    libgit2_globals::init();
     ensure_isolated()?;
     let remote = RemoteUrl::parse(&request.url)?;
     if remote.scheme == "ssh"

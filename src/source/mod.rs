@@ -25,8 +25,8 @@ use std::time::Duration;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use tokio::sync::Semaphore;
 
+pub use crate::libgit2_globals::set_io_timeout;
 pub use error::{FailureKind, SourceError};
-pub use git::set_io_timeout;
 
 /// What to check out.
 #[derive(Clone, Debug, PartialEq, Eq)]

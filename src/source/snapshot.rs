@@ -5,7 +5,7 @@
 //! never writes: two entries of one name (a symlink `x -> /root`, then a directory `x`), `..`,
 //! names with `/`, odd modes. The writer therefore works in two steps:
 //!
-//! 1. [`plan`] reads the tree objects and checks every entry — name, mode, object type, depth,
+//! 1. `plan` reads the tree objects and checks every entry — name, mode, object type, depth,
 //!    sizes, counts, duplicates — before anything touches the disk. A tree that breaks a rule is
 //!    refused as a whole with an error naming the path ([`FailureKind::UnsafeTree`] or
 //!    [`FailureKind::SnapshotTooLarge`]).

@@ -91,15 +91,14 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
     use axum::http::HeaderValue;
-    use k8s_openapi::ByteString;
 
     use super::*;
     use crate::api::TenantRepository;
-    use crate::api::tenant_repository::{LocalSecretReference, TenantRepositorySpec, WebhookSpec, WebhookType};
+    use crate::api::tenant_repository::WebhookType;
+    use crate::fixtures;
     use crate::webhook::filter::{GITHUB_EVENT, GITLAB_EVENT};
     use crate::webhook::verify::{GITHUB_SIGNATURE, GITLAB_TOKEN, hex_signature};
 
@@ -107,18 +106,8 @@ mod tests {
     const NOW: i64 = 1_800_000_000;
 
     fn registration(kind: WebhookType) -> Registration {
-        let spec = TenantRepositorySpec {
-            webhook: Some(WebhookSpec {
-                kind,
-                secret_ref: LocalSecretReference { name: "hook".into() },
-                events: vec![],
-            }),
-            ..TenantRepositorySpec::default()
-        };
-        let mut repo = TenantRepository::new("repo", spec);
-        repo.metadata.namespace = Some("platform".into());
-        let data = BTreeMap::from([("token".to_owned(), ByteString(b"s3cret".to_vec()))]);
-        Registration::from_parts(&repo, Some(&data)).unwrap().unwrap()
+        let repo = TenantRepository::test().with_name("repo").in_namespace("platform").with_webhook(kind, "hook");
+        Registration::from_parts(&repo, Some(&fixtures::secret_data(&[("token", "s3cret")]))).unwrap().unwrap()
     }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {

@@ -235,6 +235,7 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
+    use crate::api::TenantRepository;
     use crate::api::tenant_repository::GitRef;
 
     const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -288,8 +289,8 @@ mod tests {
 
     #[test]
     fn a_registration_without_ref_tracks_the_branch_main() {
-        assert_eq!(Tracked::of(&TenantRepositorySpec::default()), main());
-        let spec = |git_ref: GitRef| TenantRepositorySpec { git_ref: Some(git_ref), ..TenantRepositorySpec::default() };
+        assert_eq!(Tracked::of(&TenantRepository::test().spec), main());
+        let spec = |git_ref: GitRef| TenantRepository::test().with_git_ref(Some(git_ref)).spec;
         assert_eq!(
             Tracked::of(&spec(GitRef { tag: Some("v1".into()), ..GitRef::default() })),
             Tracked::Tag("v1".into())

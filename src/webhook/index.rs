@@ -289,24 +289,11 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::tenant_repository::{LocalSecretReference, TenantRepositorySpec, WebhookSpec, webhook_path};
+    use crate::api::tenant_repository::webhook_path;
+    use crate::fixtures::secret_data as data;
 
     fn repo(name: &str, kind: WebhookType) -> TenantRepository {
-        let spec = TenantRepositorySpec {
-            webhook: Some(WebhookSpec {
-                kind,
-                secret_ref: LocalSecretReference { name: "hook".into() },
-                events: vec![],
-            }),
-            ..TenantRepositorySpec::default()
-        };
-        let mut repo = TenantRepository::new(name, spec);
-        repo.metadata.namespace = Some("platform".into());
-        repo
-    }
-
-    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()
+        TenantRepository::test().with_name(name).in_namespace("platform").with_webhook(kind, "hook")
     }
 
     fn registration(name: &str, token: &str) -> Registration {

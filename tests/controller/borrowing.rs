@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use cdtarget::api::{CDTarget, CDTargetSpec};
+use cdtarget::api::CDTarget;
 use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
 use cdtarget::controller::cdtarget::{Context, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_SECRET_NOT_ALLOWED};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
+use cdtarget::fixtures::{env_from_config_map, env_from_secret};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMapKeySelector, EnvVar, EnvVarSource, LocalObjectReference, SecretKeySelector};
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use crate::support::{Cluster, NAME, NAMESPACE, TOKEN, cluster_with_target, target};
@@ -17,15 +18,9 @@ use crate::support::{Cluster, NAME, NAMESPACE, TOKEN, cluster_with_target, targe
 const DEPLOYER: &str = "system:serviceaccount:team-a:deployer";
 const MINTED_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.minted-token-of-builder";
 
+/// Environment variable `name` from key `value` of Secret `secret`.
 fn env_secret(name: &str, secret: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector { name: secret.into(), key: "value".into(), optional: None }),
-            ..EnvVarSource::default()
-        }),
-    }
+    env_from_secret(name, secret, "value")
 }
 
 fn ready(target: &CDTarget) -> (String, String, String) {
@@ -39,13 +34,12 @@ async fn no_children(cluster: &Cluster) -> bool {
         && cluster.api::<NetworkPolicy>().get_opt(NAME).await.unwrap().is_none()
 }
 
-/// A change of the CDTarget's spec.
-type SpecChange = fn(&mut CDTargetSpec);
+/// A change of the CDTarget under test.
+type SpecChange = fn(CDTarget) -> CDTarget;
 
-async fn with_spec(cluster: &Cluster, change: impl FnOnce(&mut CDTargetSpec)) {
-    let mut spec = target().spec;
-    change(&mut spec);
-    cluster.set_spec(&spec).await;
+/// Gives the stored CDTarget the spec of [`target`] changed by `change` (a tenant push).
+async fn with_spec(cluster: &Cluster, change: impl FnOnce(CDTarget) -> CDTarget) {
+    cluster.set_spec(&change(target()).spec).await;
 }
 
 /// A ServiceAccount token Secret, as the token controller fills it for `kubernetes.io/
@@ -64,11 +58,11 @@ async fn minted_token(cluster: &Cluster, name: &str) {
 #[tokio::test]
 async fn a_service_account_token_secret_as_ca_env_or_pull_secret_is_refused_and_nothing_is_applied() {
     let cases: [(&str, SpecChange); 3] = [
-        ("spec.caCertRef", |spec| spec.ca_cert_ref = Some("builder-token".into())),
-        ("spec.env[0].valueFrom.secretKeyRef.name", |spec| spec.env = vec![env_secret("KUBE_TOKEN", "builder-token")]),
-        ("spec.imagePullSecrets[0].name", |spec| {
-            spec.image_pull_secrets = vec![LocalObjectReference { name: "builder-token".into() }]
+        ("spec.caCertRef", |target| target.with_ca_cert_ref("builder-token")),
+        ("spec.env[0].valueFrom.secretKeyRef.name", |target| {
+            target.with_env(env_secret("KUBE_TOKEN", "builder-token"))
         }),
+        ("spec.imagePullSecrets[0].name", |target| target.with_image_pull_secret("builder-token")),
     ];
     for (field, change) in cases {
         let cluster = cluster_with_target(true).await;
@@ -97,7 +91,7 @@ async fn an_opaque_secret_annotated_for_a_service_account_is_refused_too() {
     cluster
         .put_typed_secret("sneaky", "Opaque", &[(SERVICE_ACCOUNT_NAME_ANNOTATION, "builder")], &[("value", "x")])
         .await;
-    with_spec(&cluster, |spec| spec.proxy_ref = Some("sneaky".into())).await;
+    with_spec(&cluster, |target| target.with_proxy_ref("sneaky")).await;
     cluster.reconcile().await;
     let (_, reason, message) = ready(&cluster.target().await);
     assert_eq!(reason, REASON_SECRET_NOT_ALLOWED);
@@ -114,7 +108,7 @@ async fn a_secret_the_tenant_identity_cannot_read_is_refused_and_running_childre
     cluster.reconcile().await;
     let running = cluster.api::<Deployment>().get(NAME).await.unwrap();
 
-    with_spec(&cluster, |spec| spec.env = vec![env_secret("DB_PASSWORD", "platform-db")]).await;
+    with_spec(&cluster, |target| target.with_env(env_secret("DB_PASSWORD", "platform-db"))).await;
     cluster.clear_writes();
     cluster.reconcile().await;
 
@@ -154,7 +148,7 @@ async fn a_readable_reference_is_applied_after_asking_about_every_one() {
     let cluster = cluster_with_target(true).await;
     cluster.register_tenant("team-a-repo", "deployer").await;
     cluster.put_secret("db", &[("value", "db-password")]).await;
-    with_spec(&cluster, |spec| spec.env = vec![env_secret("DB_PASSWORD", "db")]).await;
+    with_spec(&cluster, |target| target.with_env(env_secret("DB_PASSWORD", "db"))).await;
     cluster.reconcile().await;
 
     assert_eq!(ready(&cluster.target().await).1, "Applied");
@@ -171,21 +165,7 @@ async fn a_config_map_the_tenant_identity_cannot_read_is_refused() {
     let cluster = cluster_with_target(true).await;
     cluster.register_tenant("team-a-repo", "deployer").await;
     cluster.reviews.deny(DEPLOYER, "configmaps", NAMESPACE, "platform-settings");
-    with_spec(&cluster, |spec| {
-        spec.env = vec![EnvVar {
-            name: "SETTING".into(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                config_map_key_ref: Some(ConfigMapKeySelector {
-                    name: "platform-settings".into(),
-                    key: "k".into(),
-                    optional: None,
-                }),
-                ..EnvVarSource::default()
-            }),
-        }]
-    })
-    .await;
+    with_spec(&cluster, |target| target.with_env(env_from_config_map("SETTING", "platform-settings", "k"))).await;
     cluster.reconcile().await;
     let (_, reason, message) = ready(&cluster.target().await);
     assert_eq!(reason, REASON_CONFIG_MAP_NOT_ALLOWED);

@@ -201,9 +201,7 @@ async fn invalid_spec_stalls_naming_every_problem_and_keeps_the_children() {
     cluster.reconcile().await;
     let (deploy_before, np_before) = (deployment(&cluster).await, network_policy(&cluster).await);
 
-    let mut spec = target().spec;
-    spec.ip = vec!["10.0.0.0/8".into(), "not-an-ip".into()];
-    cluster.set_spec(&spec).await;
+    cluster.set_spec(&target().with_ips(["10.0.0.0/8", "not-an-ip"]).spec).await;
     cluster.clear_writes();
 
     let action = cluster.reconcile().await;
@@ -278,9 +276,7 @@ async fn rotated_token_secret_changes_the_pod_template_digest() {
 #[tokio::test]
 async fn proxy_secret_rotation_also_rolls_the_agents() {
     let cluster = cluster_with_target(true).await;
-    let mut spec = target().spec;
-    spec.proxy_ref = Some("proxy".into());
-    cluster.set_spec(&spec).await;
+    cluster.set_spec(&target().with_proxy_ref("proxy").spec).await;
     cluster.put_secret("proxy", &[("HTTPS_PROXY", "http://proxy-1:3128")]).await;
     cluster.reconcile().await;
     let before = digest_annotation(&deployment(&cluster).await);
@@ -332,9 +328,7 @@ async fn keda_installed_while_running_adds_the_autoscaler_on_the_next_reconcile(
 #[tokio::test]
 async fn fixing_the_spec_after_a_stall_brings_ready_back() {
     let cluster = cluster_with_target(true).await;
-    let mut spec = target().spec;
-    spec.ip = vec!["10.0.0.0/8".into()];
-    cluster.set_spec(&spec).await;
+    cluster.set_spec(&target().with_ips(["10.0.0.0/8"]).spec).await;
     cluster.reconcile().await;
     assert!(is_true(&status(&cluster.target().await).conditions, STALLED));
     assert!(cluster.api::<Deployment>().get_opt(NAME).await.unwrap().is_none());

@@ -53,7 +53,7 @@ async fn an_unknown_cluster_scoped_crd_kind_is_refused_by_discovery_and_nothing_
         &[("deploy/ok.yaml", config_map_yaml("ok", "1")), ("deploy/habitat.yaml", habitat.into())],
         "a cluster-wide object",
     );
-    fixture.register(|_| {}).await;
+    fixture.register(|repo| repo).await;
     fixture.reconcile().await;
 
     assert_eq!(tenant_writes(&fixture), Vec::<String>::new(), "nothing is applied, not even the valid ConfigMap");
@@ -82,7 +82,7 @@ async fn kinds_and_versions_the_cluster_does_not_serve_are_refused_naming_file_a
         &[("deploy/unicorn.yaml", unicorn), ("deploy/future.yaml", future)],
         "kinds that do not exist",
     );
-    fixture.register(|_| {}).await;
+    fixture.register(|repo| repo).await;
     fixture.reconcile().await;
 
     assert_eq!(tenant_writes(&fixture), Vec::<String>::new());
@@ -102,7 +102,7 @@ async fn an_irregular_plural_is_applied_to_the_url_discovery_names() {
     let fixture = Fixture::with_fake(|builder| builder.with_resource::<Octopus>()).await;
     fixture.bridge.serve_kind(octopus_served());
     fixture.repo.commit_and_push(&[("deploy/octopus.yaml", OCTOPUS)], "an octopus");
-    fixture.register(|_| {}).await;
+    fixture.register(|repo| repo).await;
     fixture.reconcile().await;
 
     let status = fixture.status().await;
@@ -119,7 +119,7 @@ async fn an_irregular_plural_is_applied_to_the_url_discovery_names() {
 async fn a_crd_installed_after_a_refusal_is_found_on_the_next_reconcile_without_a_restart() {
     let fixture = Fixture::with_fake(|builder| builder.with_resource::<Octopus>()).await;
     fixture.repo.commit_and_push(&[("deploy/octopus.yaml", OCTOPUS)], "an octopus before its CRD");
-    fixture.register(|_| {}).await;
+    fixture.register(|repo| repo).await;
     fixture.reconcile().await;
     let refused = condition(&fixture.status().await, APPLIED).clone();
     assert_eq!(refused.reason, REASON_VALIDATION_FAILED);

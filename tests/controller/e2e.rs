@@ -15,23 +15,21 @@ use std::time::{Duration, Instant};
 
 use cdtarget::api::CDTarget;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
-use cdtarget::api::tenant_repository::{
-    LocalSecretReference, TenantRepository, TenantRepositorySpec, WebhookSpec, WebhookType, webhook_path,
-};
+use cdtarget::api::tenant_repository::{TenantRepository, webhook_path};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
 use cdtarget::controller::process::{self, Builder, Reconciled, Registrations, Settings, Sources};
 use cdtarget::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, tenant_repository};
+use cdtarget::fixtures;
 use cdtarget::source::{Fetcher, Limits};
 use cdtarget::telemetry::WebhookMetrics;
 use cdtarget::webhook;
 use futures::channel::mpsc;
 use futures::{Stream, StreamExt};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use kube_fake_client::ClientBuilder;
@@ -43,12 +41,12 @@ use tokio::sync::watch;
 use crate::common::api_bridge::{ApiBridge, Record};
 use crate::common::{self, KeyKind, Sshd, TestDir, Upstream, UpstreamRepo, test_dir};
 use crate::support::{Writes, recording_writes};
+use crate::tenant_repository::config_map_yaml;
 
 const PLATFORM: &str = "cdtarget-system";
 const POLICY: &str = "cdtarget-policy";
 const REPO: &str = "team-a-repo";
 const TENANT: &str = "team-a";
-const SERVICE_ACCOUNT: &str = "deployer";
 const CREDENTIALS: &str = "team-a-git";
 const TARGET: &str = "agents";
 const TOKEN: &str = "azp-token";
@@ -56,25 +54,10 @@ const TOKEN: &str = "azp-token";
 /// Bound on every wait: a fetch over ssh on loopback and a reconcile take well under a second.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A GitLab webhook whose token and signing token are in [`WEBHOOK_SECRET`].
-fn gitlab_webhook() -> WebhookSpec {
-    WebhookSpec {
-        kind: WebhookType::Gitlab,
-        secret_ref: LocalSecretReference { name: WEBHOOK_SECRET.into() },
-        events: vec![],
-    }
-}
-
-fn config_map_yaml(name: &str, value: &str) -> String {
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n")
-}
-
+/// The file a tenant pushes for CDTarget `name` ([`CDTarget::test`], token in [`TOKEN`]): one
+/// destination `ip`, one to three agents.
 fn cdtarget_yaml(name: &str, ip: &str) -> String {
-    format!(
-        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: {name}\nspec:\n  ip: [\"{ip}\"]\n  \
-         agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: {TOKEN}\n  minReplicaCount: 1\n  maxReplicaCount: 3\n  \
-         config:\n    url: https://dev.azure.com/acme\n    poolName: pool\n"
-    )
+    CDTarget::test().with_name(name).with_token_ref(TOKEN).with_ips([ip]).with_replicas(1, 3).to_manifest()
 }
 
 /// Receives what one controller yields, one item per finished reconcile.
@@ -209,11 +192,7 @@ impl Cluster {
     }
 
     async fn put_secret(&self, namespace: &str, name: &str, data: &[(&str, &str)]) {
-        let secret = Secret {
-            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
-            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
-            ..Secret::default()
-        };
+        let secret = fixtures::secret(name, data);
         self.api::<Secret>(namespace).create(&PostParams::default(), &secret).await.expect("create Secret");
     }
 
@@ -325,26 +304,24 @@ impl Cluster {
     }
 }
 
-/// The registration: `deploy/` of `repo` over ssh, with the deploy key and the pinned host key
-/// in its Secret, and `webhook` when given.
-async fn register(cluster: &Cluster, sshd: &Sshd, repo: &UpstreamRepo, webhook: Option<WebhookSpec>) {
+/// The registration ([`TenantRepository::test`]): `deploy/` of `repo` over ssh, with the deploy
+/// key and the pinned host key in its Secret, and a GitLab webhook whose token (and signing
+/// token) are in `webhook_secret` when given.
+async fn register(cluster: &Cluster, sshd: &Sshd, repo: &UpstreamRepo, webhook_secret: Option<&str>) {
     let key = sshd.client_key(KeyKind::Ed25519);
     cluster
         .put_secret(PLATFORM, CREDENTIALS, &[("identity", &key.private_key_pem), ("known_hosts", &sshd.known_hosts())])
         .await;
-    let spec = TenantRepositorySpec {
-        url: sshd.url(repo.bare_path()),
-        path: Some("deploy".into()),
-        interval: Some("10m".into()),
-        target_namespace: TENANT.into(),
-        service_account_name: SERVICE_ACCOUNT.into(),
-        prune: true,
-        secret_ref: Some(LocalSecretReference { name: CREDENTIALS.into() }),
-        webhook,
-        ..TenantRepositorySpec::default()
-    };
-    let mut registration = TenantRepository::new(REPO, spec);
-    registration.metadata.namespace = Some(PLATFORM.into());
+    let mut registration = TenantRepository::test()
+        .with_name(REPO)
+        .in_namespace(PLATFORM)
+        .with_url(&sshd.url(repo.bare_path()))
+        .with_path("deploy")
+        .with_interval("10m")
+        .with_secret_ref(CREDENTIALS);
+    if let Some(secret) = webhook_secret {
+        registration = registration.with_webhook_secret(secret);
+    }
     cluster
         .api::<TenantRepository>(PLATFORM)
         .create(&PostParams::default(), &registration)
@@ -532,8 +509,7 @@ async fn e2e_webhook_post_applies_the_push_and_a_burst_of_deliveries_coalesces()
     cluster.put_secret(TENANT, TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
     let signing = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(SIGNING_KEY));
     cluster.put_secret(PLATFORM, WEBHOOK_SECRET, &[("token", HOOK_TOKEN), ("signingToken", &signing)]).await;
-    let hook = gitlab_webhook();
-    register(&cluster, &sshd, &repo, Some(hook)).await;
+    register(&cluster, &sshd, &repo, Some(WEBHOOK_SECRET)).await;
     cluster.start_watches().await;
     let receiver = &cluster.receiver;
     let status = cluster.registration().await.status.expect("status written");
@@ -632,12 +608,10 @@ async fn e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes
     };
     let mut cluster = Cluster::start_with(Some(settings), listener).await;
     cluster.put_secret(PLATFORM, WEBHOOK_SECRET, &[("token", HOOK_TOKEN)]).await;
-    let hook = gitlab_webhook();
     // The Secret holds the key sshd accepts (a generated one would not be authorized there);
     // the controller derives `identity.pub` from it.
-    register(&cluster, &sshd, &repo, Some(hook)).await;
-    let gitlab_spec =
-        GitLabSpec { project: Some("team-a/tenant".into()), manage_deploy_key: true, manage_webhook: true };
+    register(&cluster, &sshd, &repo, Some(WEBHOOK_SECRET)).await;
+    let gitlab_spec = GitLabSpec::test().for_project("team-a/tenant");
     let patch = serde_json::json!({"spec": {"gitlab": gitlab_spec}});
     cluster
         .api::<TenantRepository>(PLATFORM)

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cdtarget::api::tenant_repository::{GitLabSpec, LocalSecretReference, WebhookSpec};
+use cdtarget::api::tenant_repository::GitLabSpec;
 use cdtarget::controller::tenant_repository::gitlab::REASON_NOT_CONFIGURED;
 use cdtarget::controller::tenant_repository::{APPLIED, reconcile};
 use cdtarget::gitlab::Settings as GitLabSettings;
@@ -50,15 +50,10 @@ impl GitLabFixture {
         let gitlab = FakeGitLab::start();
         let project = gitlab.add_project(PROJECT);
         cluster
-            .register(|spec| {
-                spec.secret_ref = Some(LocalSecretReference { name: KEY_SECRET.into() });
-                spec.webhook = Some(WebhookSpec {
-                    kind: Default::default(),
-                    secret_ref: LocalSecretReference { name: HOOK_SECRET.into() },
-                    events: Vec::new(),
-                });
-                spec.gitlab =
-                    Some(GitLabSpec { project: Some(PROJECT.into()), manage_deploy_key: true, manage_webhook: true });
+            .register(|repo| {
+                repo.with_secret_ref(KEY_SECRET)
+                    .with_webhook_secret(HOOK_SECRET)
+                    .with_gitlab(GitLabSpec::test().for_project(PROJECT))
             })
             .await;
         GitLabFixture { cluster, gitlab, project }

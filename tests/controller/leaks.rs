@@ -6,18 +6,16 @@
 
 use std::sync::Arc;
 
-use cdtarget::api::tenant_repository::{
-    GitLabSpec, LocalSecretReference, TenantRepository, TenantRepositorySpec, WebhookSpec, webhook_path,
-};
-use cdtarget::api::{CDTarget, CDTargetSpec};
+use cdtarget::api::CDTarget;
+use cdtarget::api::tenant_repository::{GitLabSpec, TenantRepository, webhook_path};
 use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
 use cdtarget::controller::tenant_repository;
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, conditions};
+use cdtarget::fixtures::{self, SecretFixture, env_from_secret};
 use cdtarget::gitlab::Settings as GitLabSettings;
 use cdtarget::gitlab::{self, ClientConfig, GitLabClient, RetryPolicy, keys};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, Secret, SecretKeySelector};
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::common::HttpGit;
@@ -45,47 +43,21 @@ fn settings(gitlab: &FakeGitLab, token: &str) -> GitLabSettings {
     }
 }
 
-fn cdtarget_yaml(name: &str) -> String {
-    format!(
-        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: {name}\nspec:\n  ip: [\"10.1.2.3\"]\n  \
-         agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: azp-token\n  proxyRef: proxy\n  config:\n    \
-         url: https://dev.azure.com/acme\n    poolName: pool\n"
-    )
+/// The agents the tenant pushes: [`CDTarget::test`] with one destination and a proxy Secret.
+fn agents_yaml() -> String {
+    CDTarget::test().with_ips(["10.1.2.3"]).with_proxy_ref("proxy").to_manifest()
 }
 
-async fn secret(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    type_: Option<&str>,
-    annotations: &[(&str, &str)],
-    data: &[(&str, &str)],
-) {
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            annotations: Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
-            ..ObjectMeta::default()
-        },
-        type_: type_.map(Into::into),
-        data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
-        ..Secret::default()
-    };
+async fn create_secret(client: &kube::Client, namespace: &str, secret: Secret) {
     Api::<Secret>::namespaced(client.clone(), namespace).create(&PostParams::default(), &secret).await.expect("Secret");
 }
 
-async fn register(fixture: &Fixture, name: &str, change: impl FnOnce(&mut TenantRepositorySpec)) {
-    let mut spec = TenantRepositorySpec {
-        url: String::new(),
-        path: Some("deploy".into()),
-        target_namespace: TENANT.into(),
-        service_account_name: "deployer".into(),
-        prune: true,
-        ..TenantRepositorySpec::default()
-    };
-    change(&mut spec);
-    let mut repo = TenantRepository::new(name, spec);
-    repo.metadata.namespace = Some(PLATFORM.into());
+/// Registration `name` of `deploy/` in the repository at `url` ([`TenantRepository::test`]).
+fn registration(name: &str, url: &str) -> TenantRepository {
+    TenantRepository::test().with_name(name).with_url(url).with_path("deploy")
+}
+
+async fn register(fixture: &Fixture, repo: TenantRepository) {
     fixture.registrations().create(&PostParams::default(), &repo).await.expect("create TenantRepository");
 }
 
@@ -95,7 +67,7 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     let fixture = Fixture::new().await;
     let client = fixture.client.clone();
     fixture.repo.commit_and_push(
-        &[("deploy/settings.yaml", config_map_yaml("settings", "1")), ("deploy/agents.yaml", cdtarget_yaml("agents"))],
+        &[("deploy/settings.yaml", config_map_yaml("settings", "1")), ("deploy/agents.yaml", agents_yaml())],
         "first",
     );
     let root = fixture.repo.bare_path().parent().expect("served root").to_path_buf();
@@ -122,47 +94,23 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     fixture.put_platform_secret("basic", &[("username", "team-a"), ("password", BASIC_PASSWORD)]).await;
     fixture.put_platform_secret("gitlab-hook", &[("token", GITLAB_HOOK_TOKEN)]).await;
     let good_url = http.url_with_credentials(&repo_name, "oauth2", GIT_TOKEN);
-    register(&fixture, "good", |spec| {
-        spec.url = good_url;
-        spec.webhook = Some(WebhookSpec {
-            kind: Default::default(),
-            secret_ref: LocalSecretReference { name: "team-a-hook".into() },
-            events: Vec::new(),
-        });
-    })
-    .await;
+    register(&fixture, registration("good", &good_url).with_webhook_secret("team-a-hook")).await;
     let bad_url = http.url_with_credentials(&repo_name, "oauth2", WRONG_URL_PASSWORD);
-    register(&fixture, "bad", |spec| {
-        spec.url = bad_url;
-        spec.secret_ref = Some(LocalSecretReference { name: "basic".into() });
-    })
-    .await;
+    register(&fixture, registration("bad", &bad_url).with_secret_ref("basic")).await;
     let gitlab_url = http.url_with_credentials(&repo_name, "oauth2", GIT_TOKEN);
-    register(&fixture, "on-gitlab", |spec| {
-        spec.url = gitlab_url;
-        spec.secret_ref = Some(LocalSecretReference { name: "on-gitlab-key".into() });
-        spec.webhook = Some(WebhookSpec {
-            kind: Default::default(),
-            secret_ref: LocalSecretReference { name: "gitlab-hook".into() },
-            events: Vec::new(),
-        });
-        spec.gitlab =
-            Some(GitLabSpec { project: Some("team-a/app".into()), manage_deploy_key: true, manage_webhook: true });
-    })
-    .await;
+    let on_gitlab = registration("on-gitlab", &gitlab_url)
+        .with_secret_ref("on-gitlab-key")
+        .with_webhook_secret("gitlab-hook")
+        .with_gitlab(GitLabSpec::test().for_project("team-a/app"));
+    register(&fixture, on_gitlab).await;
 
     // The agents' Secrets, and a ServiceAccount token a hostile tenant minted.
-    secret(&client, TENANT, "azp-token", None, &[], &[("AZP_TOKEN", PAT)]).await;
-    secret(&client, TENANT, "proxy", None, &[], &[("PROXY_PW", PROXY_PASSWORD)]).await;
-    secret(
-        &client,
-        TENANT,
-        "builder-token",
-        Some(SERVICE_ACCOUNT_TOKEN_TYPE),
-        &[(SERVICE_ACCOUNT_NAME_ANNOTATION, "builder")],
-        &[("token", MINTED_TOKEN)],
-    )
-    .await;
+    create_secret(&client, TENANT, fixtures::secret("azp-token", &[("AZP_TOKEN", PAT)])).await;
+    create_secret(&client, TENANT, fixtures::secret("proxy", &[("PROXY_PW", PROXY_PASSWORD)])).await;
+    let minted = fixtures::secret("builder-token", &[("token", MINTED_TOKEN)])
+        .of_type(SERVICE_ACCOUNT_TOKEN_TYPE)
+        .with_annotation(SERVICE_ACCOUNT_NAME_ANNOTATION, "builder");
+    create_secret(&client, TENANT, minted).await;
 
     let registrations = Api::<TenantRepository>::namespaced(client.clone(), PLATFORM);
     for name in ["good", "bad", "on-gitlab"] {
@@ -179,23 +127,10 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     // for a Secret that does not exist.
     let targets = Api::<CDTarget>::namespaced(client.clone(), TENANT);
     let agents = targets.get("agents").await.expect("applied from Git");
-    let mut thief = agents.clone();
-    thief.metadata = ObjectMeta { name: Some("thief".into()), namespace: Some(TENANT.into()), ..ObjectMeta::default() };
-    thief.status = None;
-    thief.spec.env = vec![EnvVar {
-        name: "KUBE_TOKEN".into(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: "builder-token".into(),
-                key: "token".into(),
-                optional: None,
-            }),
-            ..EnvVarSource::default()
-        }),
-    }];
+    let stolen = env_from_secret("KUBE_TOKEN", "builder-token", "token");
+    let thief = CDTarget::new("thief", agents.spec.clone()).in_namespace(TENANT).with_env(stolen);
     targets.create(&PostParams::default(), &thief).await.unwrap();
-    let waiting = CDTarget::new("waiting", CDTargetSpec { token_ref: "not-there".into(), ..agents.spec.clone() });
+    let waiting = CDTarget::new("waiting", agents.spec.clone()).with_token_ref("not-there");
     targets.create(&PostParams::default(), &waiting).await.unwrap();
     for name in ["agents", "thief", "waiting"] {
         let target = targets.get(name).await.unwrap();

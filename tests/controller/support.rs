@@ -2,16 +2,15 @@
 //! interceptor that records every mutating request and answers SubjectAccessReviews, fixtures,
 //! and a scanner for leaked secrets.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
-use cdtarget::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
-use cdtarget::api::{AgentConfig, CDTarget, CDTargetSpec};
+use cdtarget::api::tenant_repository::TenantRepository;
+use cdtarget::api::{CDTarget, CDTargetSpec};
 use cdtarget::controller::cdtarget::{Context, reconcile};
-use k8s_openapi::ByteString;
+use cdtarget::fixtures::{self, SecretFixture};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use kube_fake_client::{ClientBuilder, interceptor};
@@ -20,15 +19,15 @@ use serde_json::Value;
 use crate::common::access_review::AccessReviews;
 
 /// The tenant namespace of every test.
-pub const NAMESPACE: &str = "team-a";
+pub const NAMESPACE: &str = fixtures::TENANT_NAMESPACE;
 /// Name of the CDTarget under test.
-pub const NAME: &str = "agents";
+pub const NAME: &str = fixtures::TARGET_NAME;
 /// The controller's namespace, holding the policy ConfigMap.
-pub const PLATFORM: &str = "cdtarget-system";
+pub const PLATFORM: &str = fixtures::PLATFORM_NAMESPACE;
 /// Name of the policy ConfigMap.
-pub const POLICY: &str = "cdtarget-policy";
+pub const POLICY: &str = fixtures::POLICY_CONFIG_MAP.1;
 /// Name of the token Secret.
-pub const TOKEN: &str = "azp-token";
+pub const TOKEN: &str = fixtures::TOKEN_SECRET;
 
 /// One mutating request seen by the fake: `verb kind namespace/name`.
 pub type Writes = Arc<Mutex<Vec<String>>>;
@@ -164,14 +163,7 @@ impl Cluster {
     /// Registers a TenantRepository applying into the tenant namespace as `service_account`:
     /// the namespace's tenant identity.
     pub async fn register_tenant(&self, name: &str, service_account: &str) {
-        let spec = TenantRepositorySpec {
-            url: "https://git.example.com/team-a.git".into(),
-            target_namespace: NAMESPACE.into(),
-            service_account_name: service_account.into(),
-            ..TenantRepositorySpec::default()
-        };
-        let mut repo = TenantRepository::new(name, spec);
-        repo.metadata.namespace = Some(PLATFORM.into());
+        let repo = TenantRepository::test().with_name(name).service_account(service_account);
         let api: Api<TenantRepository> = Api::namespaced(self.client.clone(), PLATFORM);
         api.create(&PostParams::default(), &repo).await.expect("create TenantRepository");
     }
@@ -179,16 +171,10 @@ impl Cluster {
     /// Creates a Secret of `type_` with `annotations` in the tenant namespace (what a tenant
     /// with `create` on Secrets can do).
     pub async fn put_typed_secret(&self, name: &str, type_: &str, annotations: &[(&str, &str)], data: &[(&str, &str)]) {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                annotations: Some(annotations.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()),
-                ..ObjectMeta::default()
-            },
-            type_: Some(type_.into()),
-            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
-            ..Secret::default()
-        };
+        let mut secret = fixtures::secret(name, data).of_type(type_);
+        for (key, value) in annotations {
+            secret = secret.with_annotation(key, value);
+        }
         self.api::<Secret>().create(&PostParams::default(), &secret).await.expect("create Secret");
     }
 
@@ -222,11 +208,7 @@ impl Cluster {
 
     /// Creates or replaces a Secret in the tenant namespace.
     pub async fn put_secret(&self, name: &str, data: &[(&str, &str)]) {
-        let secret = Secret {
-            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
-            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
-            ..Secret::default()
-        };
+        let secret = fixtures::secret(name, data);
         let api = self.api::<Secret>();
         let params = PatchParams::apply("test").force();
         api.patch(name, &params, &Patch::Apply(&secret)).await.expect("put Secret");
@@ -234,15 +216,7 @@ impl Cluster {
 
     /// Creates or replaces the policy ConfigMap with `data`.
     pub async fn put_policy(&self, key: &str, value: &str) {
-        let config_map = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(POLICY.into()),
-                namespace: Some(PLATFORM.into()),
-                ..ObjectMeta::default()
-            },
-            data: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
-            ..ConfigMap::default()
-        };
+        let config_map = fixtures::policy_config_map(key, value);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), PLATFORM);
         // Replace the data wholesale: the fake's apply merges maps.
         let _ = api.delete(POLICY, &Default::default()).await;
@@ -279,29 +253,13 @@ impl Cluster {
 
 /// [`target`] named `name`.
 pub fn target_named(name: &str) -> CDTarget {
-    let mut target = target();
-    target.metadata.name = Some(name.into());
-    target
+    target().with_name(name)
 }
 
-/// A valid CDTarget `agents` in `team-a`, reading its token from `azp-token`.
+/// The CDTarget under test: [`CDTarget::test`] (`team-a/agents`, token in `azp-token`) with two
+/// destinations and two to five agents.
 pub fn target() -> CDTarget {
-    let spec = CDTargetSpec {
-        ip: vec!["10.1.2.3".into(), "192.168.10.0/24".into()],
-        agent_image: "ghcr.io/acme/azp-agent:1".into(),
-        token_ref: TOKEN.into(),
-        min_replica_count: Some(2),
-        max_replica_count: Some(5),
-        config: AgentConfig {
-            url: "https://dev.azure.com/acme".into(),
-            pool_name: "pool".into(),
-            ..AgentConfig::default()
-        },
-        ..CDTargetSpec::default()
-    };
-    let mut target = CDTarget::new(NAME, spec);
-    target.metadata.namespace = Some(NAMESPACE.into());
-    target
+    CDTarget::test().with_ips(["10.1.2.3", "192.168.10.0/24"]).with_replicas(2, 5)
 }
 
 /// A cluster holding `target()` and its token Secret.

@@ -7,19 +7,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdtarget::api::CDTarget;
-use cdtarget::api::tenant_repository::{
-    InventoryEntry, LocalSecretReference, TenantRepository, TenantRepositorySpec, TenantRepositoryStatus,
-};
+use cdtarget::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
 use cdtarget::controller::tenant_repository::{
     APPLIED, Context, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY, reconcile,
 };
+use cdtarget::fixtures;
 use cdtarget::source::{self, Fetcher, Limits};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube_fake_client::ClientBuilder;
 
@@ -30,10 +28,9 @@ use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
 use crate::common::{Stalling, TestDir, Upstream, UpstreamRepo, test_dir};
 use crate::support::{Writes, recording_writes};
 
-pub(crate) const PLATFORM: &str = "cdtarget-system";
-pub(crate) const REPO: &str = "team-a-repo";
-pub(crate) const TENANT: &str = "team-a";
-const SERVICE_ACCOUNT: &str = "deployer";
+pub(crate) const PLATFORM: &str = fixtures::PLATFORM_NAMESPACE;
+pub(crate) const REPO: &str = fixtures::REGISTRATION_NAME;
+pub(crate) const TENANT: &str = fixtures::TENANT_NAMESPACE;
 
 /// A fake cluster with cdtarget's kinds, recording every mutating request (creates, patches,
 /// status patches and deletes) and every user a tenant client was asked for.
@@ -97,19 +94,12 @@ impl Fixture {
         Arc::new(Context::new(self.client.clone(), fetcher, PLATFORM, "cdtarget-policy").with_writer(writer))
     }
 
-    pub(crate) async fn register(&self, change: impl FnOnce(&mut TenantRepositorySpec)) {
-        let mut spec = TenantRepositorySpec {
-            url: self.repo.file_url(),
-            path: Some("deploy".into()),
-            interval: Some("2m".into()),
-            target_namespace: TENANT.into(),
-            service_account_name: SERVICE_ACCOUNT.into(),
-            prune: true,
-            ..TenantRepositorySpec::default()
-        };
-        change(&mut spec);
-        let mut repo = TenantRepository::new(REPO, spec);
-        repo.metadata.namespace = Some(PLATFORM.into());
+    /// Registers [`REPO`] ([`TenantRepository::test`]: into `team-a` as `deployer`, pruning):
+    /// `deploy/` of the fixture's repository over `file://`, polled every two minutes, with what
+    /// `change` adds.
+    pub(crate) async fn register(&self, change: impl FnOnce(TenantRepository) -> TenantRepository) {
+        let repo = TenantRepository::test().with_url(&self.repo.file_url()).with_path("deploy").with_interval("2m");
+        let repo = change(repo);
         self.registrations().create(&PostParams::default(), &repo).await.expect("create TenantRepository");
     }
 
@@ -125,11 +115,7 @@ impl Fixture {
     }
 
     pub(crate) async fn put_platform_secret(&self, name: &str, data: &[(&str, &str)]) {
-        let secret = Secret {
-            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
-            data: Some(data.iter().map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec()))).collect()),
-            ..Secret::default()
-        };
+        let secret = fixtures::secret(name, data);
         let api: Api<Secret> = Api::namespaced(self.client.clone(), PLATFORM);
         api.create(&PostParams::default(), &secret).await.expect("create Secret");
     }
@@ -166,16 +152,14 @@ pub(crate) fn config_map_yaml(name: &str, value: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n")
 }
 
+/// The file a tenant pushes for CDTarget `name` ([`CDTarget::test`]) with the one destination `ip`.
 fn cdtarget_yaml(name: &str, ip: &str) -> String {
-    format!(
-        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: {name}\nspec:\n  ip: [\"{ip}\"]\n  \
-         agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: azp-token\n  config:\n    url: https://dev.azure.com/acme\n    \
-         poolName: pool\n"
-    )
+    CDTarget::test().with_name(name).with_ips([ip]).to_manifest()
 }
 
+/// The inventory entry of an object in `team-a`.
 fn entry(api_version: &str, kind: &str, name: &str) -> InventoryEntry {
-    InventoryEntry { api_version: api_version.into(), kind: kind.into(), namespace: TENANT.into(), name: name.into() }
+    InventoryEntry::test(api_version, kind, name)
 }
 
 /// A registration whose repository holds two ConfigMaps and a CDTarget, reconciled once.
@@ -190,7 +174,7 @@ async fn applied_once() -> (Fixture, String) {
         ],
         "first",
     );
-    fixture.register(|_| {}).await;
+    fixture.register(|repo| repo).await;
     fixture.reconcile().await;
     (fixture, revision)
 }
@@ -310,7 +294,7 @@ async fn a_file_removed_from_git_prunes_exactly_its_object() {
 async fn with_prune_off_an_object_that_left_git_stays() {
     let fixture = Fixture::new().await;
     fixture.repo.commit_and_push(&[("deploy/extra.yaml", config_map_yaml("extra", "x"))], "first");
-    fixture.register(|spec| spec.prune = false).await;
+    fixture.register(|repo| repo.pruning(false)).await;
     fixture.reconcile().await;
     fixture.repo.commit_and_push(&[("deploy/other.yaml", config_map_yaml("other", "y"))], "add");
     fixture.repo.remove_file("deploy/extra.yaml", "drop extra");
@@ -362,7 +346,7 @@ async fn a_document_for_another_namespace_is_rejected_and_nothing_is_applied() {
         &[("deploy/ok.yaml", config_map_yaml("ok", "1")), ("deploy/sneaky.yaml", foreign.into())],
         "x",
     );
-    fixture.register(|_| {}).await;
+    fixture.register(|repo| repo).await;
     fixture.reconcile().await;
     let wire = fixture.bridge.requests();
     assert!(wire.iter().all(|r| r.impersonate_user.is_none()), "nothing was sent as the tenant: {wire:#?}");
@@ -381,7 +365,7 @@ async fn a_document_for_another_namespace_is_rejected_and_nothing_is_applied() {
 async fn a_suspended_registration_fetches_and_applies_nothing_and_says_so() {
     let fixture = Fixture::new().await;
     fixture.repo.commit_and_push(&[("deploy/ok.yaml", config_map_yaml("ok", "1"))], "x");
-    fixture.register(|spec| spec.suspend = true).await;
+    fixture.register(|repo| repo.suspended()).await;
     let action = fixture.reconcile().await;
 
     assert_eq!(action, Action::await_change());
@@ -397,15 +381,7 @@ async fn a_missing_credentials_secret_waits_and_a_webhook_token_yields_the_path(
     let fixture = Fixture::new().await;
     fixture.repo.commit_and_push(&[("deploy/ok.yaml", config_map_yaml("ok", "1"))], "x");
     fixture.put_platform_secret("hook", &[("token", "s3cret")]).await;
-    fixture
-        .register(|spec| {
-            spec.secret_ref = Some(LocalSecretReference { name: "git-creds".into() });
-            spec.webhook = Some(cdtarget::api::tenant_repository::WebhookSpec {
-                secret_ref: LocalSecretReference { name: "hook".into() },
-                ..Default::default()
-            });
-        })
-        .await;
+    fixture.register(|repo| repo.with_secret_ref("git-creds").with_webhook_secret("hook")).await;
     let action = fixture.reconcile().await;
     assert_eq!(action, Action::requeue(Duration::from_secs(30)));
     let status = fixture.status().await;
@@ -455,12 +431,7 @@ async fn spec_timeout_bounds_the_fetch_of_that_registration() {
     let stalling = Stalling::start();
     let fixture = Fixture::new().await;
     let url = stalling.url("http");
-    fixture
-        .register(|spec| {
-            spec.url = url;
-            spec.timeout = Some("1s".into());
-        })
-        .await;
+    fixture.register(|repo| repo.with_url(&url).with_timeout("1s")).await;
     fixture.reconcile().await;
     let status = fixture.status().await;
     let source_ready = condition(&status, SOURCE_READY);
@@ -510,7 +481,7 @@ async fn fields_a_tenant_applied_under_the_old_field_manager_are_released_once_a
         .await
         .expect("apply as the old version did");
     fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "1"))], "first");
-    fixture.register(|_| {}).await;
+    fixture.register(|repo| repo).await;
 
     fixture.reconcile().await;
     let settings_patches = |fixture: &Fixture| -> Vec<String> {

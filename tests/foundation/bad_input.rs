@@ -5,122 +5,17 @@
 //! The cases are tables of named entries; a failing case is reported by its name, and every
 //! failing case is reported at once.
 
-use cdtarget::policy::{self, Policy};
-use cdtarget::problem::Problem;
+use cdtarget::policy;
 
-use crate::support::{self, VALID_CDTARGET};
-
-/// One problem a case must report.
-pub(super) struct Expected {
-    file: &'static str,
-    /// `None` when the problem is with the file as a whole (YAML syntax).
-    document: Option<usize>,
-    field: &'static str,
-    /// A substring of the message: what is wrong or what would be accepted.
-    message: &'static str,
-}
-
-/// A problem in document `document` of `file`.
-pub(super) fn at(file: &'static str, document: usize, field: &'static str, message: &'static str) -> Expected {
-    Expected { file, document: Some(document), field, message }
-}
-
-/// A problem in `target.yaml`, the file most cases consist of, document 1.
-pub(super) fn target_at(field: &'static str, message: &'static str) -> Expected {
-    at("target.yaml", 1, field, message)
-}
-
-/// A tenant repository that must be rejected with exactly the `expected` problems.
-pub(super) struct Case {
-    pub(super) name: &'static str,
-    pub(super) files: Vec<(&'static str, String)>,
-    pub(super) expected: Vec<Expected>,
-}
-
-/// A case with one file, `target.yaml`.
-pub(super) fn one_file(name: &'static str, text: String, expected: Vec<Expected>) -> Case {
-    Case { name, files: vec![("target.yaml", text)], expected }
-}
-
-/// [`VALID_CDTARGET`] with each `(from, to)` replaced; `from` must occur, so a fixture cannot
-/// silently stay valid.
-pub(super) fn valid_with(replacements: &[(&str, &str)]) -> String {
-    let mut text = VALID_CDTARGET.to_owned();
-    for (from, to) in replacements {
-        assert!(text.contains(from), "fixture does not contain {from:?}");
-        text = text.replacen(from, to, 1);
-    }
-    text
-}
-
-/// [`VALID_CDTARGET`] with extra `spec` lines (indented by two spaces).
-pub(super) fn valid_plus(spec_lines: &str) -> String {
-    format!("{VALID_CDTARGET}{spec_lines}")
-}
-
-/// [`VALID_CDTARGET`] with `ip` replaced.
-pub(super) fn with_ips(ips: &str) -> String {
-    valid_with(&[(r#"ip: ["10.0.0.1"]"#, &format!("ip: {ips}"))])
-}
+use crate::cases::{
+    Case, Expected, PolicyCase, at, check_problems, describe, one_file, policy_at, policy_case, run_all,
+    run_policy_cases, target_at,
+};
+use crate::support::{self, VALID_CDTARGET, valid_plus, valid_with, with_ips};
 
 /// A namespaced ConfigMap named `name`.
 fn config_map(name: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  key: value\n")
-}
-
-fn describe(problems: &[Problem]) -> String {
-    problems.iter().map(|p| format!("\n      {:?}:{:?} {:?}: {}", p.file, p.document, p.field, p.message)).collect()
-}
-
-/// Matches `problems` against `expected`, one to one, in any order.
-fn check_problems(problems: &[Problem], expected: &[Expected]) -> Result<(), String> {
-    let mut unmatched: Vec<&Problem> = problems.iter().collect();
-    let mut missing = Vec::new();
-    for e in expected {
-        let found = unmatched.iter().position(|p| {
-            p.file.as_deref() == Some(e.file)
-                && p.document == e.document
-                && p.field == e.field
-                && p.message.contains(e.message)
-        });
-        match found {
-            Some(i) => {
-                unmatched.remove(i);
-            }
-            None => missing.push(format!("\n      {}:{:?} {:?}: …{}…", e.file, e.document, e.field, e.message)),
-        }
-    }
-    if missing.is_empty() && unmatched.is_empty() {
-        Ok(())
-    } else {
-        let unexpected: Vec<Problem> = unmatched.into_iter().cloned().collect();
-        Err(format!(
-            "expected but not reported:{}\n    reported but not expected:{}\n    all reported:{}",
-            missing.concat(),
-            describe(&unexpected),
-            describe(problems)
-        ))
-    }
-}
-
-/// Runs every case; panics naming every case that failed.
-pub(super) fn run_all(cases: &[Case], policy: &Policy) {
-    let mut names = std::collections::BTreeSet::new();
-    for case in cases {
-        assert!(names.insert(case.name), "two cases are named {}", case.name);
-    }
-    let failures: Vec<String> = cases
-        .iter()
-        .filter_map(|case| {
-            let files: Vec<(&str, &str)> = case.files.iter().map(|(path, text)| (*path, text.as_str())).collect();
-            let outcome = match support::load(&files, policy) {
-                Ok(set) => Err(format!("was accepted (and would be rendered): {} documents", set.documents.len())),
-                Err(problems) => check_problems(&problems, &case.expected),
-            };
-            outcome.err().map(|why| format!("case `{}`:\n    {why}", case.name))
-        })
-        .collect();
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 fn document_cases() -> Vec<Case> {
@@ -658,22 +553,6 @@ fn problems_display_file_document_field_and_message() {
 // ---------------------------------------------------------------------------------------------
 // Policies.
 
-/// A policy file that must be rejected with exactly the `expected` problems.
-pub(super) struct PolicyCase {
-    name: &'static str,
-    text: &'static str,
-    expected: Vec<Expected>,
-}
-
-pub(super) fn policy_case(name: &'static str, text: &'static str, expected: Vec<Expected>) -> PolicyCase {
-    PolicyCase { name, text, expected }
-}
-
-/// A problem in the only document of `policy.yaml`.
-pub(super) fn policy_at(field: &'static str, message: &'static str) -> Expected {
-    at("policy.yaml", 1, field, message)
-}
-
 fn policy_cases() -> Vec<PolicyCase> {
     vec![
         policy_case(
@@ -840,23 +719,6 @@ fn policy_cases() -> Vec<PolicyCase> {
 #[test]
 fn every_bad_policy_is_rejected_where_it_is_wrong() {
     run_policy_cases(&policy_cases());
-}
-
-/// Runs every policy case; panics naming every case that failed.
-pub(super) fn run_policy_cases(cases: &[PolicyCase]) {
-    let mut names = std::collections::BTreeSet::new();
-    let failures: Vec<String> = cases
-        .iter()
-        .inspect(|case| assert!(names.insert(case.name), "two cases are named {}", case.name))
-        .filter_map(|case| {
-            let outcome = match policy::parse(case.text, "policy.yaml") {
-                Ok(_) => Err("was accepted".to_owned()),
-                Err(problems) => check_problems(&problems, &case.expected),
-            };
-            outcome.err().map(|why| format!("case `{}`:\n    {why}", case.name))
-        })
-        .collect();
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 #[test]

@@ -11,13 +11,13 @@ use k8s_openapi::api::core::v1::{Container, EnvVar};
 use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::support::{NAMESPACE, cdtarget, children, load};
+use super::support::{NAMESPACE, cdtarget, children, load, valid_with};
 
-/// A CDTarget named `name` with the base spec plus `extra` (indented spec lines).
+/// [`super::support::VALID_CDTARGET`] named `name`, without destinations, plus `extra` (indented
+/// spec lines).
 fn doc(name: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: {name}\nspec:\n  agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: azp-token\n  config:\n    url: https://dev.azure.com/acme\n    poolName: pool\n{extra}"
-    )
+    let base = valid_with(&[("name: agents", &format!("name: {name}")), ("  ip: [\"10.0.0.1\"]\n", "")]);
+    format!("{base}{extra}")
 }
 
 fn render_default(extra: &str) -> Children {

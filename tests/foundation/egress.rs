@@ -5,35 +5,15 @@
 //!
 //! Cases run against `examples/platform/policy.yaml` unless a case table says otherwise.
 
-use cdtarget::policy::{self, Policy};
+use cdtarget::policy::Policy;
 use cdtarget::render::{self, Scaling, SecretDigests};
 
-use super::bad_input::{
-    Case, one_file, policy_at, policy_case, run_all, run_policy_cases, target_at, valid_plus, valid_with, with_ips,
-};
-use super::support::{self, example_policy, project_dir};
-
-/// The example policy with `from` replaced by `to` (`from` must occur).
-fn example_policy_with(from: &str, to: &str) -> Policy {
-    let path = project_dir().join("examples/platform/policy.yaml");
-    let text = std::fs::read_to_string(path).expect("example policy");
-    assert!(text.contains(from), "the example policy does not contain {from:?}");
-    policy::parse(&text.replacen(from, to, 1), "policy.yaml").expect("valid policy")
-}
+use super::cases::{Case, PolicyCase, one_file, policy_at, policy_case, run_all, run_policy_cases, target_at};
+use super::support::{self, example_policy, example_policy_with, valid_plus, with_ips, with_trigger, with_url};
 
 /// The example policy, but custom nameservers are allowed.
 fn nameservers_allowed() -> Policy {
     example_policy_with("allowCustomNameservers: false", "allowCustomNameservers: true")
-}
-
-/// [`support::VALID_CDTARGET`] with `config.url` replaced.
-fn with_url(url: &str) -> String {
-    valid_with(&[("url: https://dev.azure.com/acme", &format!("url: {url:?}"))])
-}
-
-/// [`support::VALID_CDTARGET`] with one `triggerMeta` entry.
-fn with_trigger(key: &str, value: &str) -> String {
-    valid_plus(&format!("  triggerMeta:\n    {key}: {value:?}\n"))
 }
 
 /// A YAML flow list of `n` quoted strings made by `item`.
@@ -441,7 +421,7 @@ fn url_cases() -> Vec<Case> {
     ]
 }
 
-fn policy_cases() -> Vec<super::bad_input::PolicyCase> {
+fn policy_cases() -> Vec<PolicyCase> {
     vec![
         policy_case(
             "nat64_prefix_that_is_ipv4_is_rejected",

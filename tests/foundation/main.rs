@@ -3,6 +3,7 @@
 //! (each extra binary links the whole dependency tree again).
 
 mod bad_input;
+mod cases;
 mod cli;
 mod crds;
 mod defects;
@@ -11,6 +12,7 @@ mod egress;
 mod golden;
 mod keda_schema;
 mod layout;
+mod lints;
 mod properties;
 mod support;
 mod tenancy;

@@ -7,10 +7,10 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use cdtarget::api::CDTarget;
 use cdtarget::api::policy::{
     MaxAddressesDocument, MinPrefixLengthDocument, PlatformTargetDocument, PolicyDocument, PortDocument,
 };
-use cdtarget::api::{AgentConfig, CDTarget, CDTargetSpec};
 use cdtarget::policy::address::{self, Rules, Use};
 use cdtarget::policy::{self, Policy, cidr, outbound};
 use cdtarget::render::{self, Scaling, SecretDigests};
@@ -336,26 +336,9 @@ fn policy_and_destinations() -> impl Strategy<Value = (PolicyInput, Vec<(Net, u8
         })
 }
 
-fn target(ips: Vec<String>) -> CDTarget {
-    let spec = CDTargetSpec {
-        ip: ips,
-        agent_image: "ghcr.io/acme/azp-agent:1".into(),
-        token_ref: "azp-token".into(),
-        config: AgentConfig {
-            url: "https://dev.azure.com/acme".into(),
-            pool_name: "pool".into(),
-            ..AgentConfig::default()
-        },
-        ..CDTargetSpec::default()
-    };
-    let mut target = CDTarget::new("agents", spec);
-    target.metadata.namespace = Some("team-a".into());
-    target
-}
-
 fn render_network_policy(input: &PolicyInput, ips: Vec<String>) -> NetworkPolicy {
     let policy = input.policy();
-    let children = render::render(&target(ips), &policy, &SecretDigests::new(), Scaling::Keda)
+    let children = render::render(&CDTarget::test().with_ips(ips), &policy, &SecretDigests::new(), Scaling::Keda)
         .unwrap_or_else(|p| panic!("does not render: {p:#?}"));
     assert!(children.scaled_object.is_some() && children.trigger_authentication.is_some());
     children.network_policy
@@ -497,7 +480,7 @@ proptest! {
         let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
         let at = position.index(ips.len() + 1);
         ips.insert(at, broad.canonical());
-        let problems = render::render(&target(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
+        let problems = render::render(&CDTarget::test().with_ips(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
         prop_assert_eq!(problems.len(), 1, "{:#?}", problems);
         prop_assert_eq!(&problems[0].field, &format!("spec.ip[{at}]"));
         // `/0` gets a message of its own: it is never accepted, whatever the policy says.
@@ -523,7 +506,7 @@ proptest! {
         let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
         let at = position.index(ips.len() + 1);
         ips.insert(at, inside.canonical());
-        let problems = render::render(&target(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
+        let problems = render::render(&CDTarget::test().with_ips(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
         prop_assert_eq!(problems.len(), 1, "{:#?}", problems);
         prop_assert_eq!(&problems[0].field, &format!("spec.ip[{at}]"));
         prop_assert!(problems[0].message.contains("overlaps the forbidden range"), "{}", problems[0].message);
@@ -560,19 +543,6 @@ fn problems_of(target: &CDTarget, policy: &Policy) -> Vec<cdtarget::problem::Pro
     render::render(target, policy, &SecretDigests::new(), Scaling::Keda).err().unwrap_or_default()
 }
 
-fn with_nameservers(nameservers: Vec<String>) -> CDTarget {
-    let mut target = target(Vec::new());
-    target.spec.dns_config =
-        Some(k8s_openapi::api::core::v1::PodDNSConfig { nameservers: Some(nameservers), ..Default::default() });
-    target
-}
-
-fn with_url(url: &str) -> CDTarget {
-    let mut target = target(Vec::new());
-    target.spec.config.url = url.to_owned();
-    target
-}
-
 /// The union of networks of one family as sorted, merged intervals, and its size.
 fn union_size(nets: &[Net]) -> u128 {
     let mut intervals: Vec<(u128, u128)> = nets.iter().map(|n| (n.first(), n.last())).collect();
@@ -603,25 +573,25 @@ proptest! {
         let v4 = Ipv4Addr::from(0xa9fe_0000 | u32::from(low));
         let policy = policy_from("egress: {allowCustomNameservers: true}\nagents: {allowedUrlHosts: [dev.azure.com, \"169.254.0.0/16\"]}\n");
         for text in ipv6_spellings_of(v4) {
-            let problems = problems_of(&target(vec![text.clone()]), &policy);
+            let problems = problems_of(&CDTarget::test().with_ips([&text]), &policy);
             prop_assert_eq!(problems.len(), 1, "{}: {:#?}", text, problems);
             prop_assert_eq!(&problems[0].field, "spec.ip[0]");
             prop_assert!(problems[0].message.contains("the forbidden range 169.254.0.0/16"), "{}: {}", text, problems[0].message);
 
             let address = text.trim_end_matches("/128").to_owned();
-            let problems = problems_of(&with_nameservers(vec![address.clone()]), &policy);
+            let problems = problems_of(&CDTarget::test().with_nameservers([&address]), &policy);
             prop_assert_eq!(problems.len(), 1, "{}: {:#?}", address, problems);
             prop_assert_eq!(&problems[0].field, "spec.dnsConfig.nameservers[0]");
             prop_assert!(problems[0].message.contains("forbidden range 169.254.0.0/16"), "{}: {}", address, problems[0].message);
 
             let url = format!("https://[{address}]/acme");
-            let problems = problems_of(&with_url(&url), &policy);
+            let problems = problems_of(&CDTarget::test().with_url(&url), &policy);
             prop_assert_eq!(problems.len(), 1, "{}: {:#?}", url, problems);
             prop_assert_eq!(&problems[0].field, "spec.config.url");
             prop_assert!(problems[0].message.contains("forbidden range 169.254.0.0/16"), "{}: {}", url, problems[0].message);
         }
         // And the plain IPv4 spelling, as a literal URL host too.
-        let problems = problems_of(&with_url(&format!("https://{v4}/acme")), &policy);
+        let problems = problems_of(&CDTarget::test().with_url(&format!("https://{v4}/acme")), &policy);
         prop_assert!(problems.iter().any(|p| p.message.contains("forbidden range 169.254.0.0/16")), "{:#?}", problems);
     }
 
@@ -632,7 +602,7 @@ proptest! {
         let policy = Policy::default();
         prop_assume!(!net.overlaps(&Net::new(false, 0xa9fe_0000, 16)));
         for text in ipv6_spellings_of(v4) {
-            let problems = problems_of(&target(vec![text.clone()]), &policy);
+            let problems = problems_of(&CDTarget::test().with_ips([&text]), &policy);
             prop_assert_eq!(problems.len(), 1, "{}: {:#?}", text, problems);
             let message = &problems[0].message;
             prop_assert!(message.contains(&format!("write the IPv4 form `{v4}")) || message.contains("loopback") || message.contains("unspecified"), "{}: {}", text, message);
@@ -646,7 +616,7 @@ proptest! {
         let net = Net::new(true, range.first() | (noise & host_mask(128, prefix) & !host_mask(128, 96)), prefix);
         prop_assert!(net.first() <= range.first() && range.last() <= net.last());
         let policy = policy_from("egress: {minPrefixLength: {ipv6: 0}, nat64Prefixes: []}\n");
-        let problems = problems_of(&target(vec![net.canonical()]), &policy);
+        let problems = problems_of(&CDTarget::test().with_ips([net.canonical()]), &policy);
         prop_assert_eq!(problems.len(), 1, "{}: {:#?}", net.canonical(), problems);
         prop_assert!(problems[0].message.contains("whose addresses reach IPv4 destinations"), "{}: {}", net.canonical(), problems[0].message);
     }
@@ -655,11 +625,11 @@ proptest! {
     fn addresses_behind_a_nat64_prefix_are_refused_unless_the_policy_drops_it(low in any::<u32>(), well_known in any::<bool>()) {
         let addr = if well_known { (0x0064_ff9bu128 << 96) | u128::from(low) } else { (0x0064_ff9b_0001u128 << 80) | u128::from(low) };
         let text = Ipv6Addr::from(addr).to_string();
-        let problems = problems_of(&target(vec![text.clone()]), &Policy::default());
+        let problems = problems_of(&CDTarget::test().with_ips([&text]), &Policy::default());
         prop_assert_eq!(problems.len(), 1, "{}: {:#?}", text, problems);
         prop_assert!(problems[0].message.contains("overlaps the NAT64 prefix"), "{}: {}", text, problems[0].message);
         let without = policy_from("egress: {nat64Prefixes: []}\n");
-        prop_assert!(problems_of(&target(vec![text.clone()]), &without).is_empty(), "{} refused without NAT64 prefixes", text);
+        prop_assert!(problems_of(&CDTarget::test().with_ips([&text]), &without).is_empty(), "{} refused without NAT64 prefixes", text);
     }
 
     #[test]
@@ -712,7 +682,7 @@ proptest! {
             "egress: {{minPrefixLength: {{ipv4: 20, ipv6: 48}}, maxAddressesPerTarget: {{ipv4: {cap4}, ipv6PrefixLength: {cap6}}}}}\n"
         ));
         let ips: Vec<String> = v4.iter().chain(&v6).map(Net::canonical).collect();
-        let problems = problems_of(&target(ips.clone()), &policy);
+        let problems = problems_of(&CDTarget::test().with_ips(&ips), &policy);
         let over4 = union_size(&v4) > u128::from(cap4);
         let over6 = union_size(&v6) > 1u128 << (128 - u32::from(cap6));
         let reported4 = problems.iter().any(|p| p.field == "spec.ip" && p.message.contains("egress.maxAddressesPerTarget.ipv4"));

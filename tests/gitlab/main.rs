@@ -14,8 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use cdtarget::api::TenantRepository;
-use cdtarget::api::tenant_repository::{GitLabSpec, GitLabStatus, GitRef};
-use cdtarget::api::{TenantRepositorySpec, TenantRepositoryStatus};
+use cdtarget::api::tenant_repository::GitLabSpec;
 use cdtarget::gitlab::keys::{self, KeyPair};
 use cdtarget::gitlab::{ClientConfig, Clock, GitLabClient, RetryPolicy, Secret, SyncInput, SyncOutcome};
 use futures::future::BoxFuture;
@@ -71,28 +70,20 @@ pub fn client_with_token(fake: &FakeGitLab, clock: &TestClock, token: &str) -> G
     GitLabClient::new(config).expect("client")
 }
 
-/// A registration `platform/<name>` of project `path`, following branch `main`.
+/// A registration `platform/<name>` of project `path`, following branch `main`, with the
+/// deploy key and the webhook managed.
 pub fn registration(name: &str, path: &str) -> TenantRepository {
-    let mut repo = TenantRepository::new(
-        name,
-        TenantRepositorySpec {
-            url: format!("ssh://git@gitlab.example.com/{path}.git"),
-            git_ref: Some(GitRef { branch: Some("main".into()), ..GitRef::default() }),
-            target_namespace: "team-a".into(),
-            service_account_name: "deployer".into(),
-            gitlab: Some(GitLabSpec { project: None, manage_deploy_key: true, manage_webhook: true }),
-            ..TenantRepositorySpec::default()
-        },
-    );
-    repo.metadata.namespace = Some("platform".into());
-    repo
+    TenantRepository::test()
+        .with_name(name)
+        .in_namespace("platform")
+        .with_url(&format!("ssh://git@gitlab.example.com/{path}.git"))
+        .with_branch("main")
+        .with_gitlab(GitLabSpec::test())
 }
 
 /// `registration` with `status.gitlab` taken from a previous outcome, as the controller writes it.
-pub fn with_status(mut repo: TenantRepository, outcome: &SyncOutcome) -> TenantRepository {
-    let status: GitLabStatus = outcome.status();
-    repo.status = Some(TenantRepositoryStatus { gitlab: Some(status), ..TenantRepositoryStatus::default() });
-    repo
+pub fn with_status(repo: TenantRepository, outcome: &SyncOutcome) -> TenantRepository {
+    repo.with_gitlab_status(outcome.status())
 }
 
 /// The input for `repo` with `pair`'s public key, [`HOOK_TOKEN`] and `external_url`.

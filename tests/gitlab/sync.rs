@@ -67,9 +67,7 @@ async fn a_recorded_project_id_that_is_gone_is_looked_up_again_by_path() {
 async fn a_tag_registration_gets_tag_push_events_for_all_branches() {
     let fake = FakeGitLab::start();
     let id = fake.add_project(PROJECT);
-    let mut repo = registration("app", PROJECT);
-    repo.spec.git_ref =
-        Some(cdtarget::api::tenant_repository::GitRef { tag: Some("v1.0.0".into()), ..Default::default() });
+    let repo = registration("app", PROJECT).with_tag("v1.0.0");
     gitlab::sync(&client(&fake, &TestClock::default()), &input(&repo, &pair(), EXTERNAL_URL)).await.unwrap();
     let hook = &fake.hooks(id)[0];
     assert_eq!((hook.events["push_events"], hook.events["tag_push_events"]), (true, true));

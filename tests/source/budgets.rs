@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
-use cdtarget::source::{Credentials, FailureKind, Fetched, Fetcher, Limits, Snapshot, SourceError};
+use cdtarget::source::{Credentials, FailureKind, Fetched, Fetcher, Limits, SourceError};
 
 use super::common::{self, GitDaemon};
-use super::{CONFIG_MAP, fetch, fetch_updated, limits, read, request, snapshot_dirs};
+use super::{CONFIG_MAP, Served, assert_running_intact, limits, read, request, snapshot_dirs};
 
 fn expect(result: Result<Fetched, SourceError>, kind: FailureKind, figure: u64) -> String {
     match result {
@@ -18,11 +18,6 @@ fn expect(result: Result<Fetched, SourceError>, kind: FailureKind, figure: u64) 
         }
         other => panic!("expected {kind:?}, got {other:?}"),
     }
-}
-
-fn assert_running(cache: &Path, running: &Snapshot) {
-    assert_eq!(read(running, "settings.yaml"), CONFIG_MAP, "the running snapshot stays");
-    assert_eq!(snapshot_dirs(cache), std::slice::from_ref(&running.root), "and nothing else is left in trees/");
 }
 
 /// Apparent bytes under `dir`, links not followed.
@@ -37,47 +32,38 @@ fn bytes_under(dir: &Path) -> u64 {
 
 #[test]
 fn a_tree_over_the_snapshot_budget_stalls_naming_it_and_keeps_the_running_snapshot() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let running = fetch_updated(cache.path(), &request);
+    let served = Served::start();
+    let running = served.fetch_updated();
     // Two MiB of zeros: a pack of a few KiB, a tree of two MiB.
-    repo.commit_and_push(&[("zeros.bin", vec![0u8; 2 << 20])], "zeros");
+    served.repo.commit_and_push(&[("zeros.bin", vec![0u8; 2 << 20])], "zeros");
     let small = Limits { max_tree_bytes: 1 << 20, ..limits() };
-    let message = expect(fetch(cache.path(), &request, &small), FailureKind::SnapshotTooLarge, 1 << 20);
+    let message = expect(served.fetch(&small), FailureKind::SnapshotTooLarge, 1 << 20);
     assert!(message.contains("zeros.bin"), "{message}");
-    assert_running(cache.path(), &running);
+    assert_running_intact(served.cache.path(), &running);
 }
 
 #[test]
 fn a_file_over_the_file_budget_stalls_naming_the_file() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let running = fetch_updated(cache.path(), &request);
-    repo.commit_and_push(&[("deploy/huge.yaml", vec![b'#'; 300 << 10])], "huge");
+    let served = Served::start();
+    let running = served.fetch_updated();
+    served.repo.commit_and_push(&[("deploy/huge.yaml", vec![b'#'; 300 << 10])], "huge");
     let small = Limits { max_file_bytes: 256 << 10, ..limits() };
-    let message = expect(fetch(cache.path(), &request, &small), FailureKind::SnapshotTooLarge, 256 << 10);
+    let message = expect(served.fetch(&small), FailureKind::SnapshotTooLarge, 256 << 10);
     assert!(message.contains("`deploy/huge.yaml` is 307200 bytes"), "{message}");
-    assert_running(cache.path(), &running);
+    assert_running_intact(served.cache.path(), &running);
 }
 
 #[test]
 fn a_tree_of_too_many_entries_stalls_naming_the_count() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let running = fetch_updated(cache.path(), &request);
+    let served = Served::start();
+    let running = served.fetch_updated();
     let names: Vec<String> = (0..40).map(|i| format!("many/empty-{i:02}")).collect();
     let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "")).collect();
-    repo.commit_and_push(&files, "empty files cost inodes");
+    served.repo.commit_and_push(&files, "empty files cost inodes");
     let few = Limits { max_tree_entries: 25, ..limits() };
-    let message = expect(fetch(cache.path(), &request, &few), FailureKind::SnapshotTooLarge, 25);
+    let message = expect(served.fetch(&few), FailureKind::SnapshotTooLarge, 25);
     assert!(message.contains("entries"), "{message}");
-    assert_running(cache.path(), &running);
+    assert_running_intact(served.cache.path(), &running);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +85,7 @@ async fn a_registration_over_its_cache_budget_stalls_and_the_others_go_on() {
     let message = expect(fetcher.fetch("team-big/repo", big_request).await, FailureKind::CacheTooLarge, budget);
     assert!(message.contains("running snapshot"), "{message}");
     let big_cache = fetcher.cache_dir("team-big/repo");
-    assert_running(&big_cache, &running);
+    assert_running_intact(&big_cache, &running);
     assert!(bytes_under(&big_cache) <= budget, "the disk is given back: {} bytes", bytes_under(&big_cache));
 
     let small = fetcher.fetch("team-small/repo", request(&small_daemon.url("tenant.git"), Credentials::None)).await;
@@ -108,25 +94,22 @@ async fn a_registration_over_its_cache_budget_stalls_and_the_others_go_on() {
 
 #[test]
 fn a_cache_grown_by_history_is_compacted_instead_of_stalled() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
+    let served = Served::start();
     let budget = 2 << 20;
     let limits = Limits { max_cache_bytes: budget, ..limits() };
     let mut latest = String::new();
     // Each commit replaces a 500 KiB random file: the tree stays small, the history grows.
     for round in 0..4 {
-        repo.commit_and_push(&[("large.bin", random_bytes(round, 500 << 10))], "replace");
-        latest = match fetch(cache.path(), &request, &limits) {
+        served.repo.commit_and_push(&[("large.bin", random_bytes(round, 500 << 10))], "replace");
+        latest = match served.fetch(&limits) {
             Ok(Fetched::Updated(snapshot)) => snapshot.revision,
             other => panic!("a compacted cache fits: {other:?}"),
         };
-        assert!(bytes_under(cache.path()) <= budget, "{} bytes on disk", bytes_under(cache.path()));
+        assert!(bytes_under(served.cache.path()) <= budget, "{} bytes on disk", bytes_under(served.cache.path()));
     }
-    assert_eq!(snapshot_dirs(cache.path()).len(), 1);
-    assert!(snapshot_dirs(cache.path())[0].ends_with(&latest));
-    let repository = bytes_under(&cache.path().join("repo.git"));
+    assert_eq!(snapshot_dirs(served.cache.path()).len(), 1);
+    assert!(snapshot_dirs(served.cache.path())[0].ends_with(&latest));
+    let repository = bytes_under(&served.cache.path().join("repo.git"));
     assert!(repository < 3 * (500 << 10), "the repository holds at most two versions, not four: {repository} bytes");
 }
 
@@ -147,48 +130,39 @@ fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn only_the_running_snapshot_is_kept_after_each_update() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
+    let served = Served::start();
     for round in 0..3 {
-        repo.commit_and_push(&[(format!("round-{round}.yaml").as_str(), CONFIG_MAP)], "more");
-        let snapshot = fetch_updated(cache.path(), &request);
-        assert_eq!(snapshot_dirs(cache.path()), [snapshot.root]);
+        served.repo.commit_and_push(&[(format!("round-{round}.yaml").as_str(), CONFIG_MAP)], "more");
+        let snapshot = served.fetch_updated();
+        assert_eq!(snapshot_dirs(served.cache.path()), [snapshot.root]);
     }
 }
 
 #[test]
 fn what_an_interrupted_write_or_prune_left_is_removed_and_never_taken_for_a_snapshot() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let first = fetch_updated(cache.path(), &request);
-    let second = repo.commit_and_push(&[("more.yaml", CONFIG_MAP)], "second");
+    let served = Served::start();
+    let first = served.fetch_updated();
+    let second = served.repo.commit_and_push(&[("more.yaml", CONFIG_MAP)], "second");
     // A crash while writing the second snapshot, and one while removing an older one.
-    let trees = cache.path().join("trees");
+    let trees = served.cache.path().join("trees");
     std::fs::create_dir_all(trees.join(format!("{second}.partial/half"))).unwrap();
     std::fs::create_dir_all(trees.join(format!("{}.stale/half", first.revision))).unwrap();
-    let snapshot = fetch_updated(cache.path(), &request);
+    let snapshot = served.fetch_updated();
     assert_eq!(snapshot.revision, second);
-    assert_eq!(snapshot_dirs(cache.path()), std::slice::from_ref(&snapshot.root));
+    assert_eq!(snapshot_dirs(served.cache.path()), std::slice::from_ref(&snapshot.root));
     assert_eq!(read(&snapshot, "more.yaml"), CONFIG_MAP, "written whole, not the partial one");
 }
 
 #[test]
 fn a_tree_object_too_large_for_the_entry_budget_is_refused_before_it_is_parsed() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let running = fetch_updated(cache.path(), &request);
+    let served = Served::start();
+    let running = served.fetch_updated();
     // 300 entries in one directory: a tree object of about 11 KiB, small in a pack.
     let names: Vec<String> = (0..300).map(|i| format!("many/file-{i:03}.yaml")).collect();
     let files: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "")).collect();
-    repo.commit_and_push(&files, "a wide directory");
+    served.repo.commit_and_push(&files, "a wide directory");
     let few = Limits { max_tree_entries: 10, ..limits() };
-    let message = expect(fetch(cache.path(), &request, &few), FailureKind::SnapshotTooLarge, 10);
+    let message = expect(served.fetch(&few), FailureKind::SnapshotTooLarge, 10);
     assert!(message.contains("`many` is a tree object of"), "{message}");
-    assert_running(cache.path(), &running);
+    assert_running_intact(served.cache.path(), &running);
 }

@@ -8,11 +8,7 @@ use super::common::{self, GitDaemon, HttpGit, KeyKind, Sshd, Upstream};
 const POLICY: &str = "examples/platform/policy.yaml";
 
 fn cdtarget(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cdtarget"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("binary runs")
+    super::cdtarget_cli(args, &[])
 }
 
 /// The example tenant repository pushed under `tenants/payments/` of a new upstream repo.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use cdtarget::manifests::{self, Limits as TreeLimits};
 use cdtarget::source::{Credentials, FailureKind, Limits, Reference, Snapshot};
 
-use super::common::{self, GitDaemon, HttpGit, KeyKind, Mode, Sshd, Stalling, Upstream};
-use super::{CONFIG_MAP, fetch, fetch_updated, limits, read, request, snapshot_dirs, ssh_credentials};
+use super::common::{self, HttpGit, KeyKind, Mode, Sshd, Stalling, Upstream};
+use super::{CONFIG_MAP, Served, fetch, fetch_updated, limits, read, request, snapshot_dirs, ssh_credentials};
 
 fn assert_intact(snapshot: &Snapshot) {
     assert_eq!(read(snapshot, "settings.yaml"), CONFIG_MAP, "the previous snapshot must survive the failure");
@@ -105,40 +105,31 @@ fn ssh_without_known_hosts_is_refused_before_connecting() {
 
 #[test]
 fn missing_branch_names_the_ref() {
-    let (upstream, _repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let mut request = request(&daemon.url("tenant.git"), Credentials::None);
-    request.reference = Reference::Branch("release-2026".into());
-    let message = expect_failure(fetch(cache.path(), &request, &limits()), FailureKind::RefNotFound);
+    let mut served = Served::start();
+    served.request.reference = Reference::Branch("release-2026".into());
+    let message = expect_failure(served.fetch(&limits()), FailureKind::RefNotFound);
     assert!(message.contains("release-2026"), "{message}");
 }
 
 #[test]
 fn deleted_branch_is_ref_not_found_and_keeps_the_snapshot() {
-    let (upstream, repo) = super::tenant_repo();
-    repo.checkout("feature");
-    repo.push("feature");
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let mut request = request(&daemon.url("tenant.git"), Credentials::None);
-    request.reference = Reference::Branch("feature".into());
-    let snapshot = fetch_updated(cache.path(), &request);
-    repo.delete_branch("feature");
-    expect_failure(fetch(cache.path(), &request, &limits()), FailureKind::RefNotFound);
+    let mut served = Served::start();
+    served.repo.checkout("feature");
+    served.repo.push("feature");
+    served.request.reference = Reference::Branch("feature".into());
+    let snapshot = served.fetch_updated();
+    served.repo.delete_branch("feature");
+    expect_failure(served.fetch(&limits()), FailureKind::RefNotFound);
     assert_intact(&snapshot);
 }
 
 #[test]
 fn force_push_simply_yields_the_new_revision() {
-    let (upstream, repo) = super::tenant_repo();
-    repo.commit_and_push(&[("more.yaml", CONFIG_MAP)], "second");
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    fetch_updated(cache.path(), &request);
-    let rewritten = repo.force_push_rewritten_history("main");
-    assert_eq!(fetch_updated(cache.path(), &request).revision, rewritten);
+    let served = Served::start();
+    served.repo.commit_and_push(&[("more.yaml", CONFIG_MAP)], "second");
+    served.fetch_updated();
+    let rewritten = served.repo.force_push_rewritten_history("main");
+    assert_eq!(served.fetch_updated().revision, rewritten);
 }
 
 #[test]
@@ -203,15 +194,12 @@ fn server_stalling_mid_request_times_out_and_keeps_the_snapshot() {
 
 #[test]
 fn oversized_repository_is_refused_and_keeps_the_snapshot() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let snapshot = fetch_updated(cache.path(), &request);
-    repo.commit_large_random(3 << 20);
-    repo.push("main");
+    let served = Served::start();
+    let snapshot = served.fetch_updated();
+    served.repo.commit_large_random(3 << 20);
+    served.repo.push("main");
     let small = Limits { max_fetch_bytes: 1 << 20, ..limits() };
-    let message = expect_failure(fetch(cache.path(), &request, &small), FailureKind::TooLarge);
+    let message = expect_failure(served.fetch(&small), FailureKind::TooLarge);
     assert!(message.contains("1048576"), "{message}");
     assert_intact(&snapshot);
 }
@@ -246,16 +234,13 @@ fn https_certificate_outside_the_ca_bundle_is_refused() {
 
 #[test]
 fn corrupt_cache_heals_itself_by_cloning_again() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    fetch_updated(cache.path(), &request);
+    let served = Served::start();
+    served.fetch_updated();
     // Damage the object store and the repository's configuration.
-    std::fs::remove_dir_all(cache.path().join("repo.git/objects")).unwrap();
-    std::fs::write(cache.path().join("repo.git/HEAD"), "garbage").unwrap();
-    let second = repo.commit_and_push(&[("more.yaml", CONFIG_MAP)], "second");
-    assert_eq!(fetch_updated(cache.path(), &request).revision, second);
+    std::fs::remove_dir_all(served.cache.path().join("repo.git/objects")).unwrap();
+    std::fs::write(served.cache.path().join("repo.git/HEAD"), "garbage").unwrap();
+    let second = served.repo.commit_and_push(&[("more.yaml", CONFIG_MAP)], "second");
+    assert_eq!(served.fetch_updated().revision, second);
 }
 
 #[test]

@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 
 use cdtarget::source::snapshot::write_tree;
-use cdtarget::source::{Credentials, FailureKind, Fetched, Limits, SourceError};
+use cdtarget::source::{FailureKind, Fetched, Limits, SourceError};
 use git2::{ObjectType, Oid, Repository, Signature};
 use proptest::prelude::*;
 
-use super::common::{self, GitDaemon, TestDir};
-use super::{CONFIG_MAP, fetch, fetch_updated, limits, read, request, snapshot_dirs};
+use super::common::{self, TestDir};
+use super::{CONFIG_MAP, Served, assert_running_intact, limits, read};
 
 const FILE: &str = "100644";
 const EXECUTABLE: &str = "100755";
@@ -132,46 +132,35 @@ pub fn push_raw_commit(upstream: &common::UpstreamRepo, build: impl FnOnce(&Repo
     sha
 }
 
-fn assert_running_snapshot_intact(cache: &Path, running: &cdtarget::source::Snapshot) {
-    assert_eq!(read(running, "settings.yaml"), CONFIG_MAP, "the running snapshot must survive");
-    assert_eq!(snapshot_dirs(cache), std::slice::from_ref(&running.root), "no half-written snapshot is left behind");
-}
-
 #[test]
 fn symlink_then_blob_of_same_name_is_refused_and_nothing_written_outside() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
+    let served = Served::start();
     let sandbox = Sandbox::new();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let running = fetch_updated(cache.path(), &request);
+    let running = served.fetch_updated();
 
     let target = sandbox.sentinel().join("pwned");
-    let sha = push_raw_commit(&repo, |r| {
+    let sha = push_raw_commit(&served.repo, |r| {
         let link = blob(r, target.to_str().unwrap().as_bytes());
         let payload = blob(r, b"[url \"git://evil/\"]\n\tinsteadOf = https://\n");
         let settings = blob(r, CONFIG_MAP.as_bytes());
         raw_tree(r, &[(FILE, b"settings.yaml", settings), (SYMLINK, b"x", link), (FILE, b"x", payload)])
     });
-    let error = fetch(cache.path(), &request, &limits()).unwrap_err();
+    let error = served.fetch(&limits()).unwrap_err();
     assert_eq!(error.kind, FailureKind::UnsafeTree, "{error}");
     assert!(error.message.contains("`x` appears more than once"), "{}", error.message);
     assert!(error.message.contains(&sha), "names the commit: {}", error.message);
     sandbox.assert_nothing_outside();
     assert!(!target.exists());
-    assert_running_snapshot_intact(cache.path(), &running);
+    assert_running_intact(served.cache.path(), &running);
 }
 
 #[test]
 fn symlink_then_directory_of_same_name_is_refused_and_nothing_written_outside() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
+    let served = Served::start();
     let sandbox = Sandbox::new();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let running = fetch_updated(cache.path(), &request);
+    let running = served.fetch_updated();
 
-    push_raw_commit(&repo, |r| {
+    push_raw_commit(&served.repo, |r| {
         let link = blob(r, sandbox.sentinel().to_str().unwrap().as_bytes());
         let payload = blob(r, b"written through the link\n");
         let inner = raw_tree(r, &[(FILE, b"pwned", payload)]);
@@ -179,11 +168,11 @@ fn symlink_then_directory_of_same_name_is_refused_and_nothing_written_outside() 
         let deep = raw_tree(r, &[(SYMLINK, b"x", link), (DIRECTORY, b"x", inner)]);
         raw_tree(r, &[(FILE, b"settings.yaml", settings), (DIRECTORY, b"nested", deep)])
     });
-    let error = fetch(cache.path(), &request, &limits()).unwrap_err();
+    let error = served.fetch(&limits()).unwrap_err();
     assert_eq!(error.kind, FailureKind::UnsafeTree, "{error}");
     assert!(error.message.contains("`nested/x` appears more than once"), "{}", error.message);
     sandbox.assert_nothing_outside();
-    assert_running_snapshot_intact(cache.path(), &running);
+    assert_running_intact(served.cache.path(), &running);
 }
 
 // === Duplicate names, whatever the kinds ===
@@ -421,17 +410,14 @@ proptest! {
 
 #[test]
 fn a_fetched_tree_with_only_safe_entries_is_written_whole() {
-    let (upstream, repo) = super::tenant_repo();
-    let daemon = GitDaemon::start(&upstream.root());
-    let cache = common::test_dir();
-    let request = request(&daemon.url("tenant.git"), Credentials::None);
-    let sha = push_raw_commit(&repo, |r| {
+    let served = Served::start();
+    let sha = push_raw_commit(&served.repo, |r| {
         let settings = blob(r, CONFIG_MAP.as_bytes());
         let link = blob(r, b"settings.yaml");
         let deploy = raw_tree(r, &[(FILE, b"app.yaml", settings)]);
         raw_tree(r, &[(DIRECTORY, b"deploy", deploy), (FILE, b"settings.yaml", settings), (SYMLINK, b"z.yaml", link)])
     });
-    let snapshot = match fetch(cache.path(), &request, &limits()).unwrap() {
+    let snapshot = match served.fetch(&limits()).unwrap() {
         Fetched::Updated(snapshot) => snapshot,
         other => panic!("{other:?}"),
     };

@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -13,16 +12,7 @@ use cdtarget::source::{Credentials, FailureKind, Reference, SourceError};
 
 use super::common::process::loopback;
 use super::common::{self, GitDaemon, HttpGit, Upstream};
-use super::{fetch, limits, request};
-
-fn cdtarget(args: &[&str], env: &[(&str, &std::path::Path)]) -> std::process::Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_cdtarget"));
-    command.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.output().expect("binary runs")
-}
+use super::{cdtarget_cli as cdtarget, fetch, limits, request};
 
 /// An upstream holding `tenant.git` whose only manifest is a ConfigMap called `name`.
 fn upstream_named(name: &str) -> Upstream {

@@ -13,6 +13,7 @@ mod reader;
 mod transports;
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::Once;
 use std::time::Duration;
 
@@ -88,6 +89,59 @@ pub fn tenant_repo() -> (common::Upstream, common::UpstreamRepo) {
     let repo = upstream.create("tenant.git");
     repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
     (upstream, repo)
+}
+
+/// [`tenant_repo`] served by `git daemon`, an empty cache and a request for its `main`: the
+/// setup of most tests of one fetch.
+pub struct Served {
+    /// Branch `main` of `tenant.git` at the daemon, without credentials.
+    pub request: Request,
+    /// The registration's cache directory.
+    pub cache: common::TestDir,
+    /// Serves the upstream over `git://`.
+    pub daemon: common::GitDaemon,
+    /// `tenant.git`, to push more commits to.
+    pub repo: common::UpstreamRepo,
+    /// Keeps the served repositories on disk.
+    pub upstream: common::Upstream,
+}
+
+impl Served {
+    /// Creates `tenant.git` (one commit of `settings.yaml`) and serves it.
+    pub fn start() -> Served {
+        let (upstream, repo) = tenant_repo();
+        let daemon = common::GitDaemon::start(&upstream.root());
+        let request = request(&daemon.url("tenant.git"), Credentials::None);
+        Served { request, cache: common::test_dir(), daemon, repo, upstream }
+    }
+
+    /// Fetches into the cache with `limits`.
+    pub fn fetch(&self, limits: &Limits) -> Result<Fetched, SourceError> {
+        fetch(self.cache.path(), &self.request, limits)
+    }
+
+    /// Fetches and expects a new snapshot.
+    pub fn fetch_updated(&self) -> source::Snapshot {
+        fetch_updated(self.cache.path(), &self.request)
+    }
+}
+
+/// Panics unless `running` still holds its `settings.yaml` and is the only snapshot in `cache`
+/// (no half-written one left behind).
+pub fn assert_running_intact(cache: &Path, running: &source::Snapshot) {
+    assert_eq!(read(running, "settings.yaml"), CONFIG_MAP, "the running snapshot must survive");
+    assert_eq!(snapshot_dirs(cache), std::slice::from_ref(&running.root), "no half-written snapshot is left behind");
+}
+
+/// Runs the `cdtarget` binary in the project directory with `args` and extra environment
+/// variables.
+pub fn cdtarget_cli(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cdtarget"));
+    command.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("binary runs")
 }
 
 /// A manifest file for commits.

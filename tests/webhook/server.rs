@@ -6,13 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cdtarget::api::TenantRepository;
-use cdtarget::api::tenant_repository::{LocalSecretReference, TenantRepositorySpec, WebhookSpec, WebhookType};
+use cdtarget::fixtures::{self, SecretFixture};
 use cdtarget::webhook::{Index, Limits, keep_index_on_streams};
 use futures::StreamExt as _;
 use futures::channel::mpsc;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -145,26 +144,14 @@ async fn metrics_count_every_answer_by_type_and_result_without_paths() {
 
 // === the index, kept by watch events ===
 
+/// Registration `name` with a GitLab webhook whose token is in Secret `secret`.
 fn registration(name: &str, secret: &str) -> TenantRepository {
-    let spec = TenantRepositorySpec {
-        webhook: Some(WebhookSpec {
-            kind: WebhookType::Gitlab,
-            secret_ref: LocalSecretReference { name: secret.into() },
-            events: vec![],
-        }),
-        ..TenantRepositorySpec::default()
-    };
-    let mut repo = TenantRepository::new(name, spec);
-    repo.metadata.namespace = Some(NAMESPACE.into());
-    repo
+    TenantRepository::test().with_name(name).in_namespace(NAMESPACE).with_webhook_secret(secret)
 }
 
+/// The webhook Secret `name` holding `token`.
 fn secret(name: &str, token: &str) -> Secret {
-    Secret {
-        metadata: ObjectMeta { name: Some(name.into()), namespace: Some(NAMESPACE.into()), ..ObjectMeta::default() },
-        data: Some([("token".to_owned(), ByteString(token.into()))].into()),
-        ..Secret::default()
-    }
+    fixtures::secret(name, &[("token", token)]).in_namespace(NAMESPACE)
 }
 
 /// Waits (bounded) for the next change of the index.

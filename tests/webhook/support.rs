@@ -5,21 +5,17 @@
 //! The signatures are computed here with `hmac`/`sha2`/`base64` directly, not with the crate's
 //! helpers, so a mistake in the receiver's message format cannot cancel out.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use cdtarget::api::TenantRepository;
-use cdtarget::api::tenant_repository::{
-    GitRef, LocalSecretReference, TenantRepositorySpec, WebhookSpec, WebhookType, webhook_path,
-};
+use cdtarget::api::tenant_repository::{GitRef, WebhookType, webhook_path};
 use cdtarget::telemetry::Metrics;
 use cdtarget::webhook::TriggerClosed;
 use cdtarget::webhook::{self, Fire, Index, Limits, Receiver, Registration};
 use hmac::{Hmac, KeyInit, Mac};
-use k8s_openapi::ByteString;
 use serde_json::Value;
 use sha2::Sha256;
 use tokio::sync::watch;
@@ -181,22 +177,17 @@ impl TestReceiver {
 
     /// As [`TestReceiver::register`], with `spec.webhook.events`.
     pub fn register_with(&self, kind: Kind, name: &str, git_ref: Option<GitRef>, events: &[&str]) -> String {
-        let spec = TenantRepositorySpec {
-            git_ref,
-            webhook: Some(WebhookSpec {
-                kind: kind.webhook_type(),
-                secret_ref: LocalSecretReference { name: format!("{name}-webhook") },
-                events: events.iter().map(|e| (*e).to_owned()).collect(),
-            }),
-            ..TenantRepositorySpec::default()
+        let repo = TenantRepository::test()
+            .with_name(name)
+            .in_namespace(NAMESPACE)
+            .with_git_ref(git_ref)
+            .with_webhook(kind.webhook_type(), &format!("{name}-webhook"))
+            .with_webhook_events(events);
+        let signing = format!("whsec_{}", STANDARD.encode(SIGNING_KEY));
+        let data = match kind {
+            Kind::GitlabSigned => cdtarget::fixtures::secret_data(&[("token", TOKEN), ("signingToken", &signing)]),
+            _ => cdtarget::fixtures::secret_data(&[("token", TOKEN)]),
         };
-        let mut repo = TenantRepository::new(name, spec);
-        repo.metadata.namespace = Some(NAMESPACE.into());
-        let mut data = BTreeMap::from([("token".to_owned(), ByteString(TOKEN.into()))]);
-        if kind == Kind::GitlabSigned {
-            let secret = format!("whsec_{}", STANDARD.encode(SIGNING_KEY));
-            data.insert("signingToken".into(), ByteString(secret.into_bytes()));
-        }
         let registration = Registration::from_parts(&repo, Some(&data)).expect("served").expect("has a webhook");
         assert!(registration.warnings().is_empty(), "{:?}", registration.warnings());
         self.index.upsert(registration);
