@@ -312,55 +312,21 @@ pub fn refusals(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::authorization::v1::SubjectAccessReviewStatus;
-    use k8s_openapi::api::core::v1::{
-        ConfigMapKeySelector, EnvVar, EnvVarSource, LocalObjectReference, SecretKeySelector,
-    };
+    use k8s_openapi::api::core::v1::EnvVar;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::api::CDTargetSpec;
-    use crate::api::tenant_repository::TenantRepositorySpec;
-
-    fn env_from(name: &str, source: EnvVarSource) -> EnvVar {
-        EnvVar { name: name.into(), value: None, value_from: Some(source) }
-    }
+    use crate::fixtures;
 
     fn target() -> CDTarget {
-        let spec = CDTargetSpec {
-            token_ref: "azp-token".into(),
-            proxy_ref: Some("proxy".into()),
-            ca_cert_ref: Some("ca".into()),
-            image_pull_secrets: vec![LocalObjectReference { name: "pull".into() }],
-            env: vec![
-                EnvVar { name: "PLAIN".into(), value: Some("x".into()), value_from: None },
-                env_from(
-                    "DB",
-                    EnvVarSource {
-                        secret_key_ref: Some(SecretKeySelector {
-                            name: "db".into(),
-                            key: "password".into(),
-                            optional: None,
-                        }),
-                        ..EnvVarSource::default()
-                    },
-                ),
-                env_from(
-                    "SETTING",
-                    EnvVarSource {
-                        config_map_key_ref: Some(ConfigMapKeySelector {
-                            name: "settings".into(),
-                            key: "k".into(),
-                            optional: None,
-                        }),
-                        ..EnvVarSource::default()
-                    },
-                ),
-            ],
-            ..CDTargetSpec::default()
-        };
-        let mut target = CDTarget::new("agents", spec);
-        target.metadata.namespace = Some("team-a".into());
-        target
+        let plain = EnvVar { name: "PLAIN".into(), value: Some("x".into()), value_from: None };
+        CDTarget::test()
+            .with_proxy_ref("proxy")
+            .with_ca_cert_ref("ca")
+            .with_image_pull_secret("pull")
+            .with_env(plain)
+            .with_env(fixtures::env_from_secret("DB", "db", "password"))
+            .with_env(fixtures::env_from_config_map("SETTING", "settings", "k"))
     }
 
     fn secret(type_: Option<&str>, annotation: Option<&str>) -> Option<Secret> {
@@ -457,14 +423,7 @@ mod tests {
     #[test]
     fn every_registration_applying_into_the_namespace_is_an_identity_and_the_default_only_without_one() {
         let registration = |target: &str, sa: &str| {
-            TenantRepository::new(
-                "r",
-                TenantRepositorySpec {
-                    target_namespace: target.into(),
-                    service_account_name: sa.into(),
-                    ..TenantRepositorySpec::default()
-                },
-            )
+            TenantRepository::test().with_name("r").target_namespace(target).service_account(sa)
         };
         let registrations =
             [registration("team-a", "deployer"), registration("team-a", "ci"), registration("team-b", "x")];

@@ -140,25 +140,12 @@ fn list(problems: &[Problem]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::api::{AgentConfig, CDTargetSpec, CDTargetStatus};
+    use crate::api::CDTargetStatus;
 
     use super::*;
 
     fn target(ip: &[&str]) -> CDTarget {
-        let spec = CDTargetSpec {
-            ip: ip.iter().map(|s| (*s).to_owned()).collect(),
-            agent_image: "ghcr.io/acme/azp-agent:1".into(),
-            token_ref: "azp-token".into(),
-            config: AgentConfig {
-                url: "https://dev.azure.com/acme".into(),
-                pool_name: "pool".into(),
-                ..AgentConfig::default()
-            },
-            ..CDTargetSpec::default()
-        };
-        let mut target = CDTarget::new("agents", spec);
-        target.metadata.namespace = Some("team-a".into());
-        target
+        CDTarget::test().with_ips(ip.iter().copied())
     }
 
     fn token(value: &str) -> SecretsRead {

@@ -107,12 +107,9 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::tenant_repository::TenantRepositorySpec;
 
     fn repo(name: &str) -> TenantRepository {
-        let mut repo = TenantRepository::new(name, TenantRepositorySpec::default());
-        repo.metadata.namespace = Some("cdtarget-system".into());
-        repo
+        TenantRepository::test().with_name(name)
     }
 
     fn names(events: &[watcher::Event<TenantRepository>]) -> Vec<String> {

@@ -217,19 +217,16 @@ pub fn cdtargets_referencing_secret(
 
 #[cfg(test)]
 mod tests {
-    use crate::api::CDTargetSpec;
-
     use super::*;
 
     fn target(namespace: &str, name: &str, token: &str, proxy: Option<&str>, ca: Option<&str>) -> Arc<CDTarget> {
-        let spec = CDTargetSpec {
-            token_ref: token.into(),
-            proxy_ref: proxy.map(Into::into),
-            ca_cert_ref: ca.map(Into::into),
-            ..CDTargetSpec::default()
-        };
-        let mut target = CDTarget::new(name, spec);
-        target.metadata.namespace = Some(namespace.into());
+        let mut target = CDTarget::test().in_namespace(namespace).with_name(name).with_token_ref(token);
+        if let Some(proxy) = proxy {
+            target = target.with_proxy_ref(proxy);
+        }
+        if let Some(ca) = ca {
+            target = target.with_ca_cert_ref(ca);
+        }
         Arc::new(target)
     }
 
@@ -243,15 +240,13 @@ mod tests {
         credentials: Option<&str>,
         webhook: Option<&str>,
     ) -> Arc<TenantRepository> {
-        use crate::api::tenant_repository::{LocalSecretReference, TenantRepositorySpec, WebhookSpec};
-        let secret = |name: &str| LocalSecretReference { name: name.into() };
-        let spec = TenantRepositorySpec {
-            secret_ref: credentials.map(secret),
-            webhook: webhook.map(|w| WebhookSpec { secret_ref: secret(w), ..WebhookSpec::default() }),
-            ..TenantRepositorySpec::default()
-        };
-        let mut repo = TenantRepository::new(name, spec);
-        repo.metadata.namespace = Some(namespace.into());
+        let mut repo = TenantRepository::test().in_namespace(namespace).with_name(name);
+        if let Some(secret) = credentials {
+            repo = repo.with_secret_ref(secret);
+        }
+        if let Some(secret) = webhook {
+            repo = repo.with_webhook_secret(secret);
+        }
         Arc::new(repo)
     }
 

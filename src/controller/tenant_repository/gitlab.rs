@@ -480,15 +480,11 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use crate::api::tenant_repository::{GitLabSpec, TenantRepositorySpec};
+    use crate::api::tenant_repository::GitLabSpec;
     use crate::gitlab::{ErrorKind, Plan};
 
     fn repo() -> TenantRepository {
-        let spec = TenantRepositorySpec {
-            gitlab: Some(GitLabSpec { project: None, manage_deploy_key: true, manage_webhook: true }),
-            ..TenantRepositorySpec::default()
-        };
-        TenantRepository::new("app", spec)
+        TenantRepository::test().with_name("app").with_gitlab(GitLabSpec::test())
     }
 
     #[test]

@@ -285,7 +285,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-    use crate::api::tenant_repository::{TenantRepositorySpec, TenantRepositoryStatus};
+    use crate::api::tenant_repository::TenantRepositoryStatus;
     use crate::controller::tenant_repository::status::next_status;
     use crate::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
     use crate::gitlab;
@@ -293,17 +293,11 @@ mod tests {
     use crate::source::{FailureKind, SourceError};
 
     fn repo(prune: bool, status: Option<TenantRepositoryStatus>) -> TenantRepository {
-        let spec = TenantRepositorySpec {
-            url: "file:///repo.git".into(),
-            target_namespace: "team-a".into(),
-            service_account_name: "deployer".into(),
-            interval: Some("1m".into()),
-            prune,
-            ..TenantRepositorySpec::default()
-        };
-        let mut repo = TenantRepository::new("team-a-repo", spec);
-        repo.status = status;
-        repo
+        let repo = TenantRepository::test().with_url("file:///repo.git").with_interval("1m").pruning(prune);
+        match status {
+            Some(status) => repo.with_status(status),
+            None => repo,
+        }
     }
 
     fn config_map(name: &str) -> ApplySet {
@@ -314,12 +308,7 @@ mod tests {
     }
 
     fn entry(name: &str) -> InventoryEntry {
-        InventoryEntry {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            namespace: "team-a".into(),
-            name: name.into(),
-        }
+        InventoryEntry::test("v1", "ConfigMap", name)
     }
 
     #[test]
