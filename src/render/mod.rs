@@ -93,12 +93,33 @@ pub fn referenced_secrets(target: &CDTarget) -> Vec<&str> {
         .collect()
 }
 
-/// One digest over every referenced Secret's digest; a rotated PAT, proxy or CA changes it and
-/// so rolls the agents.
+/// Names of every Secret the agent pods read, in a fixed order, each once: the ones they cannot
+/// start without ([`referenced_secrets`]), then `imagePullSecrets` and
+/// `env[].valueFrom.secretKeyRef` in the order of the spec.
+pub fn rolled_secrets(target: &CDTarget) -> Vec<&str> {
+    let spec = &target.spec;
+    let pulled = spec.image_pull_secrets.iter().map(|s| s.name.as_str());
+    let env = spec.env.iter().filter_map(|e| Some(e.value_from.as_ref()?.secret_key_ref.as_ref()?.name.as_str()));
+    let mut names = referenced_secrets(target);
+    for name in pulled.chain(env) {
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// One digest over the digest of every Secret the agents read ([`rolled_secrets`]); a rotated
+/// PAT, proxy, CA, pull Secret or environment Secret changes it and so rolls the agents. A
+/// Secret the pods may go without (pull, environment) that does not exist counts as `absent`:
+/// when it appears the agents roll too. For a CDTarget that reads only its PAT, proxy and CA the
+/// digest is what it always was.
 pub fn secrets_digest(target: &CDTarget, digests: &SecretDigests) -> String {
+    let required = referenced_secrets(target);
     let mut hasher = Sha256::new();
-    for name in referenced_secrets(target) {
-        let digest = digests.get(name).map_or("unknown", String::as_str);
+    for name in rolled_secrets(target) {
+        let missing = if required.contains(&name) { "unknown" } else { "absent" };
+        let digest = digests.get(name).map_or(missing, String::as_str);
         hasher.update(format!("{name}={digest}\n").as_bytes());
     }
     hex::encode(hasher.finalize())

@@ -122,6 +122,14 @@ fn secret_digests(target: &CDTarget, secrets: &SecretsRead) -> Result<SecretDige
             }
         }
     }
+    // The Secrets the pods can start without (pull, environment) roll them too when present.
+    for name in render::rolled_secrets(target) {
+        if let Some(Some(data)) = secrets.get(name)
+            && !digests.contains_key(name)
+        {
+            digests.insert(name.to_owned(), render::secret_digest(data));
+        }
+    }
     if missing.is_empty() {
         Ok(digests)
     } else {
@@ -159,6 +167,33 @@ mod tests {
                 reason
             }
         }
+    }
+
+    #[test]
+    fn rotating_an_environment_or_pull_secret_rolls_the_agents_and_an_absent_one_blocks_nothing() {
+        let target = target(&["10.1.2.3"])
+            .with_image_pull_secret("pull")
+            .with_env(crate::fixtures::env_from_secret("DB", "db", "password"));
+        let digest = |secrets: &SecretsRead| {
+            let plan = plan(&target, &Ok(Policy::default()), secrets, true, &[]);
+            assert!(plan.children.is_some(), "{:?}", plan.health);
+            plan.rendered.and_then(|r| r.secrets_digest).expect("a digest")
+        };
+        let with = |db: Option<&str>| {
+            let mut secrets = token("pat");
+            secrets.insert("pull".into(), Some(BTreeMap::new()));
+            if let Some(password) = db {
+                let data = BTreeMap::from([("password".to_owned(), ByteString(password.as_bytes().to_vec()))]);
+                secrets.insert("db".into(), Some(data));
+            }
+            secrets
+        };
+        let absent = digest(&with(None));
+        let first = digest(&with(Some("one")));
+        let rotated = digest(&with(Some("two")));
+        assert_ne!(absent, first, "the Secret appearing rolls the agents");
+        assert_ne!(first, rotated, "a rotated environment Secret rolls the agents");
+        assert_eq!(first, digest(&with(Some("one"))), "the same content, the same digest");
     }
 
     #[test]
