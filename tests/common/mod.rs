@@ -22,6 +22,7 @@
 
 pub mod access_review;
 pub mod api_bridge;
+pub mod control_plane;
 pub mod fake_gitlab;
 pub mod git_daemon;
 pub mod http_git;
@@ -34,6 +35,7 @@ use std::fmt;
 use std::path::Path;
 use std::process::Command;
 
+pub use control_plane::{AuditEvent, ControlPlane};
 pub use git_daemon::GitDaemon;
 pub use http_git::{HttpGit, HttpOptions, Mode, RequestCounts, Tls};
 pub use sshd::{ClientKey, KEY_PASSPHRASE, KeyKind, Sshd, git_ssh_command};
