@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::common::process::find_on_path;
 use crate::common::{ControlPlane, HarnessError, skip_or_fail};
 
 /// KEDA's CRDs, read where CI keeps the shared contracts (beside the checkout); never copied in.
@@ -21,6 +22,9 @@ pub struct Installed {
 /// The shared control plane with cdtarget and KEDA's CRDs installed and established, or `None`
 /// after a SKIP line (no Go, no KEDA contracts) when not under `CI`.
 pub fn installed_cluster(test: &str) -> Option<(&'static ControlPlane, &'static Installed)> {
+    if find_on_path("kubectl").is_none() {
+        skip_or_fail::<()>(test, Err(HarnessError::Unavailable("kubectl is not installed".into())))?;
+    }
     let cluster = skip_or_fail(test, ControlPlane::shared())?;
     let keda = keda_crds_dir();
     if !keda.is_dir() {

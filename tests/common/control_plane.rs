@@ -2,7 +2,7 @@
 //! built from the Go module in `hack/control-plane/` (Kubernetes and etcd at the versions its
 //! `go.mod` pins) and started once per test binary.
 //!
-//! ```ignore
+//! ```text
 //! let Some(cluster) = common::skip_or_fail("my_test", ControlPlane::shared()) else { return };
 //! let client = cluster.admin_client().await;
 //! cluster.kubectl(&["apply", "-k", "deploy/"]).success();

@@ -1,5 +1,6 @@
 //! Real git servers on 127.0.0.1 for the tests of the Git source and the end-to-end tests, and a
-//! stateful fake GitLab (`fake_gitlab`) for the GitLab syncer's tests and benchmark.
+//! stateful fake GitLab (`fake_gitlab`) for the GitLab syncer's tests and benchmark, and a real
+//! Kubernetes control plane (`control_plane`) for the cluster tests.
 //!
 //! Use it from `tests/<name>.rs` with `mod common;` (from `tests/<area>/main.rs`:
 //! `#[path = "../common/mod.rs"] mod common;`), then, for example:
