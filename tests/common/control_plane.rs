@@ -72,7 +72,7 @@ impl ControlPlane {
         let started = SHARED.get_or_init(|| {
             let started = ControlPlane::start();
             if let Ok(cluster) = &started {
-                kill_at_exit(cluster);
+                kill_at_exit(cluster.pids().into_iter().rev().collect(), Some(cluster.dir().to_path_buf()));
             }
             started.map_err(|error| match error {
                 HarnessError::Unavailable(what) => (true, what),
@@ -480,11 +480,14 @@ impl Drop for ControlPlane {
     }
 }
 
-/// The processes and directories of the shared control planes, for [`kill_shared_at_exit`].
-static AT_EXIT: Mutex<Vec<(Vec<u32>, PathBuf)>> = Mutex::new(Vec::new());
+/// What [`kill_shared_at_exit`] kills and removes, in registration order.
+static AT_EXIT: Mutex<Vec<(Vec<u32>, Option<PathBuf>)>> = Mutex::new(Vec::new());
 
+/// Kills `pids` (in this order) and removes `dir` when the test process exits, for processes held
+/// in statics, which are never dropped. What was registered last goes first (a controller
+/// before the control plane it talks to).
 #[allow(unsafe_code)] // a libc call of the harness; `[lints]` denies unsafe code, src/ forbids it
-fn kill_at_exit(cluster: &ControlPlane) {
+pub fn kill_at_exit(pids: Vec<u32>, dir: Option<PathBuf>) {
     let mut registered = AT_EXIT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if registered.is_empty() {
         // SAFETY: atexit(3) stores a plain function pointer; the handler is an `extern "C"` fn
@@ -493,24 +496,29 @@ fn kill_at_exit(cluster: &ControlPlane) {
             libc::atexit(kill_shared_at_exit);
         }
     }
-    registered.push((cluster.pids().into_iter().rev().collect(), cluster.dir().to_path_buf()));
+    registered.push((pids, dir));
 }
 
-/// Runs when the test process exits (statics are never dropped): kills the shared control
-/// plane's processes by PID and removes its directory.
 extern "C" fn kill_shared_at_exit() {
     let Ok(registered) = AT_EXIT.lock() else { return };
-    for (pids, dir) in registered.iter() {
+    for (pids, dir) in registered.iter().rev() {
         for &pid in pids {
             kill_pid(pid);
         }
-        let _ = fs::remove_dir_all(dir);
+        if let Some(dir) = dir {
+            let _ = fs::remove_dir_all(dir);
+        }
     }
 }
 
 /// A point in the audit log (a byte offset).
 #[derive(Clone, Copy, Debug)]
 pub struct AuditMark(u64);
+
+impl AuditMark {
+    /// The start of the audit log.
+    pub const START: AuditMark = AuditMark(0);
+}
 
 /// One audit event, as far as the tests read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
