@@ -324,3 +324,60 @@ async fn a_tenant_document_outside_the_tenant_role_is_refused_by_the_real_rbac()
     let api: Api<k8s_openapi::api::networking::v1::Ingress> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
     assert!(api.get_opt("web").await.expect("get the Ingress").is_none(), "the Ingress was created");
 }
+
+#[tokio::test]
+async fn drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaired() {
+    let test = "drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaired";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<ConfigMap, _>("the tenant's ConfigMap", "pipeline-settings", exists, log).await;
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy child", "deploy-agents", exists, log).await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    let rendered = policies.get("deploy-agents").await.expect("get the NetworkPolicy").spec;
+
+    // A child: the controller owns it and watches it, so the repair follows the change.
+    let mark = cluster.audit_mark();
+    cluster
+        .kubectl(&[
+            "patch",
+            "networkpolicy",
+            "deploy-agents",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"egress":[]}}"#,
+        ])
+        .success();
+    let restored = move |object: Option<&NetworkPolicy>| object.is_some_and(|policy| policy.spec == rendered);
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy repaired", "deploy-agents", restored, log).await;
+    let repairs =
+        accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "networkpolicies", "deploy-agents");
+    assert!(!repairs.is_empty() && repairs.iter().all(|user| user == CONTROLLER_USER), "{repairs:?}");
+
+    // A tenant object: repaired by the next reconcile of the registration ("reconcile now").
+    let mark = cluster.audit_mark();
+    cluster
+        .kubectl(&[
+            "patch",
+            "configmap",
+            "pipeline-settings",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"data":{"RETRIES":"9"}}"#,
+        ])
+        .success();
+    tenant.request_reconcile("drift");
+    let as_in_git = |object: Option<&ConfigMap>| {
+        object
+            .and_then(|map| map.data.as_ref())
+            .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
+    };
+    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
+    let repairs =
+        accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "configmaps", "pipeline-settings");
+    assert!(!repairs.is_empty() && repairs.iter().all(|user| *user == tenant.user()), "{repairs:?}");
+}
