@@ -381,3 +381,42 @@ async fn drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaire
         accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "configmaps", "pipeline-settings");
     assert!(!repairs.is_empty() && repairs.iter().all(|user| *user == tenant.user()), "{repairs:?}");
 }
+
+/// The pod template's `cdtarget.io/secrets-digest` of a Deployment.
+fn secrets_digest(deployment: &Deployment) -> Option<String> {
+    let template = deployment.spec.as_ref()?.template.metadata.as_ref()?;
+    template.annotations.as_ref()?.get("cdtarget.io/secrets-digest").cloned()
+}
+
+#[tokio::test]
+async fn rotating_the_token_secret_rolls_the_agents() {
+    let test = "rotating_the_token_secret_rolls_the_agents";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<Deployment, _>("the Deployment child", "deploy-agents", exists, log).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    let before = secrets_digest(&deployments.get("deploy-agents").await.expect("get the Deployment"));
+    assert!(before.is_some(), "no secrets digest on the agents' pod template");
+
+    let mark = cluster.audit_mark();
+    cluster
+        .kubectl(&[
+            "patch",
+            "secret",
+            "azp-token",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"stringData":{"AZP_TOKEN":"rotated"}}"#,
+        ])
+        .success();
+    let rolled =
+        move |object: Option<&Deployment>| object.and_then(secrets_digest).is_some_and(|digest| Some(digest) != before);
+    tenant
+        .until::<Deployment, _>("a new secrets digest on the agents' pod template", "deploy-agents", rolled, log)
+        .await;
+    let writes = accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "deployments", "deploy-agents");
+    assert!(!writes.is_empty() && writes.iter().all(|user| user == CONTROLLER_USER), "{writes:?}");
+}
