@@ -420,3 +420,54 @@ async fn rotating_the_token_secret_rolls_the_agents() {
     let writes = accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "deployments", "deploy-agents");
     assert!(!writes.is_empty() && writes.iter().all(|user| user == CONTROLLER_USER), "{writes:?}");
 }
+
+#[tokio::test]
+async fn an_unchanged_poll_writes_nothing_but_a_drifted_object() {
+    let test = "an_unchanged_poll_writes_nothing_but_a_drifted_object";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
+    let settled = |registration: Option<&TenantRepository>| {
+        registration
+            .and_then(|r| r.status.as_ref())
+            .is_some_and(|status| status.conditions.iter().any(|c| c.type_ == "Applied" && c.status == "True"))
+    };
+    tenant.registration_until("Applied=True", settled, log).await;
+
+    // An unchanged poll, then (as a barrier: reconciles of one registration run one at a time) a
+    // drifted ConfigMap and another poll, whose repair is awaited. Between the mark and the
+    // repair the controller may write the drifted ConfigMap back, and nothing else.
+    let mark = cluster.audit_mark();
+    tenant.request_reconcile("unchanged");
+    cluster
+        .kubectl(&[
+            "patch",
+            "configmap",
+            "pipeline-settings",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"data":{"RETRIES":"9"}}"#,
+        ])
+        .success();
+    tenant.request_reconcile("barrier");
+    let as_in_git = |object: Option<&ConfigMap>| {
+        object
+            .and_then(|map| map.data.as_ref())
+            .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
+    };
+    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
+
+    let writes: Vec<String> = cluster
+        .audit_requests_since(mark)
+        .into_iter()
+        .filter(|event| event.user == CONTROLLER_USER && event.is_mutating())
+        .filter(|event| event.namespace == tenant.ns || event.name == tenant.ns)
+        .map(|event| format!("{} {}/{} as {}", event.verb, event.full_resource(), event.name, event.acting_user()))
+        .collect();
+    let repair = format!("patch configmaps/pipeline-settings as {}", tenant.user());
+    assert!(writes.contains(&repair), "the drifted ConfigMap was not written back: {writes:#?}");
+    assert!(writes.iter().all(|write| *write == repair), "writes beyond the drifted object: {writes:#?}");
+}
