@@ -471,3 +471,44 @@ async fn an_unchanged_poll_writes_nothing_but_a_drifted_object() {
     assert!(writes.contains(&repair), "the drifted ConfigMap was not written back: {writes:#?}");
     assert!(writes.iter().all(|write| *write == repair), "writes beyond the drifted object: {writes:#?}");
 }
+
+#[tokio::test]
+async fn a_broken_push_changes_nothing_and_names_the_file() {
+    let test = "a_broken_push_changes_nothing_and_names_the_file";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
+
+    // The ConfigMap changes and the CDTarget breaks (host bits set) in one push: all or nothing.
+    let mark = cluster.audit_mark();
+    let changed_map = CONFIG_MAP.replace("\"3\"", "\"4\"");
+    let broken = CDTARGET.replace("10.20.0.10", "10.30.8.5/24");
+    tenant.repo.commit_and_push(
+        &[("deploy/settings.yaml", changed_map.as_str()), ("deploy/agents.yaml", broken.as_str())],
+        "broken",
+    );
+    tenant.request_reconcile("broken");
+    let refused = |registration: Option<&TenantRepository>| {
+        registration.and_then(|r| r.status.as_ref()).is_some_and(|status| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Applied" && c.status == "False" && c.reason == "ValidationFailed")
+        })
+    };
+    let registration = tenant.registration_until("Applied=False/ValidationFailed", refused, log).await;
+    let applied =
+        registration.status.expect("status").conditions.into_iter().find(|c| c.type_ == "Applied").expect("Applied");
+    assert!(applied.message.contains("agents.yaml") && applied.message.contains("10.30.8.0/24"), "{}", applied.message);
+
+    let tenant_writes: Vec<AuditEvent> = cluster
+        .audit_requests_since(mark)
+        .into_iter()
+        .filter(|event| event.user == CONTROLLER_USER && event.is_mutating() && event.namespace == tenant.ns)
+        .collect();
+    assert!(tenant_writes.is_empty(), "a broken push wrote into the tenant namespace: {tenant_writes:#?}");
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    let map = maps.get("pipeline-settings").await.expect("get the ConfigMap");
+    assert_eq!(map.data.and_then(|data| data.get("RETRIES").cloned()).as_deref(), Some("3"));
+}
