@@ -74,7 +74,13 @@ impl Tenant {
                 .expect("read the tenant RBAC example");
         let rbac = dir.path().join("tenant-rbac.yaml");
         fs::write(&rbac, example.replace("team-payments", &ns)).expect("write the tenant RBAC");
-        cluster.kubectl(&["apply", "-f", path(&rbac)]).success();
+        {
+            // The example's admission policies are cluster-wide and shared by every tenant: one
+            // apply at a time, or concurrent applies of the same objects conflict.
+            static CLUSTER_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one = CLUSTER_WIDE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            cluster.kubectl(&["apply", "-f", path(&rbac)]).success();
+        }
         cluster
             .kubectl(&[
                 "create",
@@ -234,7 +240,10 @@ async fn first_apply_writes_tenant_objects_as_the_tenant_and_children_as_the_con
     tenant.until::<Deployment, _>("the Deployment child", "deploy-agents", exists, log).await;
     tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
 
-    let events = cluster.audit_requests_since(mark);
+    let ns = tenant.ns.clone();
+    let events = cluster.audit_requests_until(mark, "the CDTarget status write", |events| {
+        !accepted_writes_as(events, &ns, "cdtargets/status", "deploy-agents").is_empty()
+    });
     let tenant_user = tenant.user();
     // The tenant's own documents: written by the controller impersonating the tenant's ServiceAccount.
     for (resource, name) in [("configmaps", "pipeline-settings"), ("cdtargets", "deploy-agents")] {
@@ -352,8 +361,10 @@ async fn drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaire
         .success();
     let restored = move |object: Option<&NetworkPolicy>| object.is_some_and(|policy| policy.spec == rendered);
     tenant.until::<NetworkPolicy, _>("the NetworkPolicy repaired", "deploy-agents", restored, log).await;
-    let repairs =
-        accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "networkpolicies", "deploy-agents");
+    let events = cluster.audit_requests_until(mark, "the NetworkPolicy repair", |events| {
+        !accepted_writes_as(events, &tenant.ns, "networkpolicies", "deploy-agents").is_empty()
+    });
+    let repairs = accepted_writes_as(&events, &tenant.ns, "networkpolicies", "deploy-agents");
     assert!(!repairs.is_empty() && repairs.iter().all(|user| user == CONTROLLER_USER), "{repairs:?}");
 
     // A tenant object: repaired by the next reconcile of the registration ("reconcile now").
@@ -377,8 +388,10 @@ async fn drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaire
             .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
     };
     tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
-    let repairs =
-        accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "configmaps", "pipeline-settings");
+    let events = cluster.audit_requests_until(mark, "the ConfigMap repair", |events| {
+        !accepted_writes_as(events, &tenant.ns, "configmaps", "pipeline-settings").is_empty()
+    });
+    let repairs = accepted_writes_as(&events, &tenant.ns, "configmaps", "pipeline-settings");
     assert!(!repairs.is_empty() && repairs.iter().all(|user| *user == tenant.user()), "{repairs:?}");
 }
 
@@ -417,7 +430,10 @@ async fn rotating_the_token_secret_rolls_the_agents() {
     tenant
         .until::<Deployment, _>("a new secrets digest on the agents' pod template", "deploy-agents", rolled, log)
         .await;
-    let writes = accepted_writes_as(&cluster.audit_requests_since(mark), &tenant.ns, "deployments", "deploy-agents");
+    let events = cluster.audit_requests_until(mark, "the Deployment write", |events| {
+        !accepted_writes_as(events, &tenant.ns, "deployments", "deploy-agents").is_empty()
+    });
+    let writes = accepted_writes_as(&events, &tenant.ns, "deployments", "deploy-agents");
     assert!(!writes.is_empty() && writes.iter().all(|user| user == CONTROLLER_USER), "{writes:?}");
 }
 
@@ -460,11 +476,18 @@ async fn an_unchanged_poll_writes_nothing_but_a_drifted_object() {
     };
     tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
 
-    let writes: Vec<String> = cluster
-        .audit_requests_since(mark)
+    let events = cluster.audit_requests_until(mark, "the ConfigMap repair", |events| {
+        !accepted_writes_as(events, &tenant.ns, "configmaps", "pipeline-settings").is_empty()
+    });
+    // The registration's reconciler: what it applies as the tenant, and the registration itself
+    // (the CDTarget reconciler's own writes of children are not the poll's).
+    let writes: Vec<String> = events
         .into_iter()
         .filter(|event| event.user == CONTROLLER_USER && event.is_mutating())
-        .filter(|event| event.namespace == tenant.ns || event.name == tenant.ns)
+        .filter(|event| {
+            (event.namespace == tenant.ns && event.acting_user() == tenant.user())
+                || (event.resource == "tenantrepositories" && event.name == tenant.ns)
+        })
         .map(|event| format!("{} {}/{} as {}", event.verb, event.full_resource(), event.name, event.acting_user()))
         .collect();
     let repair = format!("patch configmaps/pipeline-settings as {}", tenant.user());
@@ -502,12 +525,16 @@ async fn a_broken_push_changes_nothing_and_names_the_file() {
         registration.status.expect("status").conditions.into_iter().find(|c| c.type_ == "Applied").expect("Applied");
     assert!(applied.message.contains("agents.yaml") && applied.message.contains("10.30.8.0/24"), "{}", applied.message);
 
-    let tenant_writes: Vec<AuditEvent> = cluster
-        .audit_requests_since(mark)
+    let events = cluster.audit_requests_until(mark, "the registration's status write", |events| {
+        events.iter().any(|event| event.full_resource() == "tenantrepositories/status" && event.name == tenant.ns)
+    });
+    // Nothing of the broken revision is applied: no write as the tenant.
+    let tenant_writes: Vec<AuditEvent> = events
         .into_iter()
         .filter(|event| event.user == CONTROLLER_USER && event.is_mutating() && event.namespace == tenant.ns)
+        .filter(|event| event.acting_user() == tenant.user())
         .collect();
-    assert!(tenant_writes.is_empty(), "a broken push wrote into the tenant namespace: {tenant_writes:#?}");
+    assert!(tenant_writes.is_empty(), "a broken push was applied in part: {tenant_writes:#?}");
     let maps: Api<ConfigMap> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
     let map = maps.get("pipeline-settings").await.expect("get the ConfigMap");
     assert_eq!(map.data.and_then(|data| data.get("RETRIES").cloned()).as_deref(), Some("3"));

@@ -246,6 +246,27 @@ impl ControlPlane {
             .collect()
     }
 
+    /// The requests since `mark` once `done` holds for them, polling the file (at most 10 s,
+    /// then panicking with `what`). The audit event of a request is written when its handler
+    /// returns, which may be after a watcher has seen its effect: await it here.
+    pub fn audit_requests_until(
+        &self,
+        mark: AuditMark,
+        what: &str,
+        mut done: impl FnMut(&[AuditEvent]) -> bool,
+    ) -> Vec<AuditEvent> {
+        let started = Instant::now();
+        loop {
+            let events = self.audit_requests_since(mark);
+            if done(&events) {
+                return events;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "{what}: not in the audit log after 10 s");
+            // Nothing to await on a file another process appends to: poll (bounded above).
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     // === start-up ===
 
     fn write_certificates(&mut self, openssl: &Path) -> Result<(), HarnessError> {
