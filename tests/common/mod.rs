@@ -1,5 +1,6 @@
 //! Real git servers on 127.0.0.1 for the tests of the Git source and the end-to-end tests, and a
-//! stateful fake GitLab (`fake_gitlab`) for the GitLab syncer's tests and benchmark.
+//! stateful fake GitLab (`fake_gitlab`) for the GitLab syncer's tests and benchmark, and a real
+//! Kubernetes control plane (`control_plane`) for the cluster tests.
 //!
 //! Use it from `tests/<name>.rs` with `mod common;` (from `tests/<area>/main.rs`:
 //! `#[path = "../common/mod.rs"] mod common;`), then, for example:
@@ -22,6 +23,7 @@
 
 pub mod access_review;
 pub mod api_bridge;
+pub mod control_plane;
 pub mod fake_gitlab;
 pub mod git_daemon;
 pub mod http_git;
@@ -34,6 +36,7 @@ use std::fmt;
 use std::path::Path;
 use std::process::Command;
 
+pub use control_plane::{AuditEvent, ControlPlane};
 pub use git_daemon::GitDaemon;
 pub use http_git::{HttpGit, HttpOptions, Mode, RequestCounts, Tls};
 pub use sshd::{ClientKey, KEY_PASSPHRASE, KeyKind, Sshd, git_ssh_command};

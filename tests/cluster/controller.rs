@@ -1,0 +1,541 @@
+//! `cdtarget controller` as shipped: one process for the whole test binary, authenticated with a
+//! token of the ServiceAccount from `deploy/`, so it has exactly the RBAC users install, never an
+//! admin kubeconfig. Each test onboards a tenant namespace of its own with its own repository.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cdtarget::api::{CDTarget, TenantRepository};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Api;
+use kube::runtime::wait::{Condition, await_condition};
+
+use crate::common::control_plane::kill_at_exit;
+use crate::common::{AuditEvent, ControlPlane, GitDaemon, TestDir, Upstream, UpstreamRepo, test_dir};
+use crate::support::{installed_cluster, namespace};
+
+/// How long the controller may take to act on a change it was just given.
+const CONVERGE: Duration = Duration::from_secs(120);
+
+const CONTROLLER_USER: &str = "system:serviceaccount:cdtarget-system:cdtarget";
+
+/// The controller process shared by the tests: its log file. Started once, with a fresh token of
+/// `cdtarget-system/cdtarget`; killed by PID when the test process exits.
+async fn shared_controller(cluster: &'static ControlPlane) -> &'static Path {
+    static LOG: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+    LOG.get_or_init(|| async move {
+        let kubeconfig = cluster.service_account_kubeconfig("cdtarget-system", "cdtarget").await;
+        let dir = cluster.dir().join("controller");
+        fs::create_dir_all(&dir).expect("controller directory");
+        let log = dir.join("controller.log");
+        let out = fs::File::create(&log).expect("controller log");
+        let child = Command::new(env!("CARGO_BIN_EXE_cdtarget"))
+            .args(["controller", "--namespace", "cdtarget-system"])
+            .args(["--metrics-address", "127.0.0.1:0", "--webhook-addr", "127.0.0.1:0"])
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAME", format!("cdtarget-test-{}", std::process::id()))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("spawn cdtarget controller");
+        // Never dropped (a static); the control plane's directory holding the log goes with it.
+        kill_at_exit(vec![child.id()], None);
+        std::mem::forget(child);
+        log
+    })
+    .await
+}
+
+/// A tenant onboarded as `examples/platform/tenant-rbac.yaml` says (namespace, ServiceAccount,
+/// Role, RoleBinding, admission policies), with its token Secret, a repository served by
+/// `git daemon` and a TenantRepository registering it (prune on).
+struct Tenant {
+    cluster: &'static ControlPlane,
+    ns: String,
+    repo: UpstreamRepo,
+    _daemon: GitDaemon,
+    _upstream: Upstream,
+    _dir: TestDir,
+}
+
+impl Tenant {
+    fn onboard(cluster: &'static ControlPlane, files: &[(&str, &str)]) -> Tenant {
+        let dir = test_dir();
+        let ns = namespace(cluster, "tenant");
+        let example =
+            fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/platform/tenant-rbac.yaml"))
+                .expect("read the tenant RBAC example");
+        let rbac = dir.path().join("tenant-rbac.yaml");
+        fs::write(&rbac, example.replace("team-payments", &ns)).expect("write the tenant RBAC");
+        {
+            // The example's admission policies are cluster-wide and shared by every tenant: one
+            // apply at a time, or concurrent applies of the same objects conflict.
+            static CLUSTER_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one = CLUSTER_WIDE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            cluster.kubectl(&["apply", "-f", path(&rbac)]).success();
+        }
+        cluster
+            .kubectl(&[
+                "create",
+                "secret",
+                "generic",
+                "azp-token",
+                "-n",
+                &ns,
+                "--from-literal=AZP_TOKEN=not-a-real-pat",
+            ])
+            .success();
+
+        let upstream = Upstream::new();
+        let repo = upstream.create("tenant.git");
+        repo.commit_and_push(files, "first");
+        let daemon = GitDaemon::start(&upstream.root());
+        let registration = format!(
+            "apiVersion: cdtarget.io/v1alpha1\nkind: TenantRepository\nmetadata:\n  name: {ns}\n  namespace: cdtarget-system\nspec:\n  url: {url}\n  ref:\n    branch: main\n  path: deploy\n  interval: 5m\n  targetNamespace: {ns}\n  serviceAccountName: cdtarget-tenant\n  prune: true\n",
+            url = daemon.url("tenant.git")
+        );
+        let file = dir.path().join("registration.yaml");
+        fs::write(&file, registration).expect("write the registration");
+        cluster.kubectl(&["apply", "-f", path(&file)]).success();
+        Tenant { cluster, ns, repo, _daemon: daemon, _upstream: upstream, _dir: dir }
+    }
+
+    fn user(&self) -> String {
+        format!("system:serviceaccount:{}:cdtarget-tenant", self.ns)
+    }
+
+    /// "Reconcile now", as docs/operations.md says.
+    fn request_reconcile(&self, value: &str) {
+        self.cluster
+            .kubectl(&[
+                "annotate",
+                "-n",
+                "cdtarget-system",
+                "tenantrepository",
+                &self.ns,
+                &format!("cdtarget.io/requestedAt={value}"),
+                "--overwrite",
+            ])
+            .success();
+    }
+
+    async fn until<K, C>(&self, what: &str, name: &str, condition: C, log: &Path)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + 'static,
+        K::DynamicType: Default,
+        C: Condition<K>,
+    {
+        let api: Api<K> = Api::namespaced(self.cluster.admin_client().await, &self.ns);
+        let outcome = tokio::time::timeout(CONVERGE, await_condition(api, name, condition)).await;
+        assert!(matches!(outcome, Ok(Ok(_))), "{what} not within {CONVERGE:?} ({outcome:?}){}", self.diagnostics(log));
+    }
+
+    /// What a failure message needs: the tenant's objects, the registration's status, the
+    /// requests in the tenant namespace and the controller's log.
+    fn diagnostics(&self, log: &Path) -> String {
+        let objects = self.cluster.kubectl(&["get", "all,cdtargets,networkpolicies,configmaps", "-n", &self.ns]);
+        let registration =
+            self.cluster.kubectl(&["get", "tenantrepository", "-n", "cdtarget-system", &self.ns, "-o", "yaml"]);
+        let requests: Vec<String> = self
+            .cluster
+            .audit_requests_since(crate::common::control_plane::AuditMark::START)
+            .into_iter()
+            .filter(|event| {
+                event.namespace == self.ns && event.verb != "get" && event.verb != "list" && event.verb != "watch"
+            })
+            .map(|event| {
+                format!(
+                    "{} {} {}/{} as {} -> {}",
+                    event.user,
+                    event.verb,
+                    event.full_resource(),
+                    event.name,
+                    event.acting_user(),
+                    event.code
+                )
+            })
+            .collect();
+        format!(
+            "\n--- objects:\n{}{}\n--- registration:\n{}\n--- writes in {}:\n{}\n--- controller log:\n{}",
+            String::from_utf8_lossy(&objects.output.stdout),
+            String::from_utf8_lossy(&objects.output.stderr),
+            String::from_utf8_lossy(&registration.output.stdout),
+            self.ns,
+            requests.join("\n"),
+            fs::read_to_string(log).unwrap_or_default()
+        )
+    }
+
+    async fn registration_until(
+        &self,
+        what: &str,
+        condition: impl Condition<TenantRepository>,
+        log: &Path,
+    ) -> TenantRepository {
+        let api: Api<TenantRepository> = Api::namespaced(self.cluster.admin_client().await, "cdtarget-system");
+        let outcome = tokio::time::timeout(CONVERGE, await_condition(api, &self.ns, condition)).await;
+        match outcome {
+            Ok(Ok(Some(registration))) => registration,
+            other => panic!("{what} not within {CONVERGE:?} ({other:?}){}", self.diagnostics(log)),
+        }
+    }
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
+
+fn exists<K>(object: Option<&K>) -> bool {
+    object.is_some()
+}
+
+/// The CDTarget's status has a `Ready` condition (whatever its value: the agents never run here).
+fn ready(object: Option<&CDTarget>) -> bool {
+    object
+        .and_then(|target| target.status.as_ref())
+        .is_some_and(|status| status.conditions.iter().any(|c| c.type_ == "Ready"))
+}
+
+fn gone<K>(object: Option<&K>) -> bool {
+    object.is_none()
+}
+
+const CDTARGET: &str = "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: deploy-agents\nspec:\n  agentImage: ghcr.io/acme/azp-agent:4.255.0\n  tokenRef: azp-token\n  ip:\n    - 10.20.0.10\n  config:\n    url: https://dev.azure.com/acme\n    poolName: payments-deploy\n";
+const CONFIG_MAP: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: pipeline-settings\ndata:\n  RETRIES: \"3\"\n";
+
+/// The writes of `resource` (`plural` or `plural/subresource`) `name` in `ns` the controller sent
+/// and the API server accepted, each as the identity it acted as.
+fn accepted_writes_as(events: &[AuditEvent], ns: &str, resource: &str, name: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter(|event| event.is_mutating() && event.namespace == ns && event.user == CONTROLLER_USER)
+        .filter(|event| event.full_resource() == resource && event.name == name && (200..300).contains(&event.code))
+        .map(|event| event.acting_user().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn first_apply_writes_tenant_objects_as_the_tenant_and_children_as_the_controller() {
+    let test = "first_apply_writes_tenant_objects_as_the_tenant_and_children_as_the_controller";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let mark = cluster.audit_mark();
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+
+    tenant.until::<ConfigMap, _>("the tenant's ConfigMap", "pipeline-settings", exists, log).await;
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy child", "deploy-agents", exists, log).await;
+    tenant.until::<Deployment, _>("the Deployment child", "deploy-agents", exists, log).await;
+    tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
+
+    let ns = tenant.ns.clone();
+    let events = cluster.audit_requests_until(mark, "the CDTarget status write", |events| {
+        !accepted_writes_as(events, &ns, "cdtargets/status", "deploy-agents").is_empty()
+    });
+    let tenant_user = tenant.user();
+    // The tenant's own documents: written by the controller impersonating the tenant's ServiceAccount.
+    for (resource, name) in [("configmaps", "pipeline-settings"), ("cdtargets", "deploy-agents")] {
+        let writers = accepted_writes_as(&events, &tenant.ns, resource, name);
+        assert!(!writers.is_empty(), "no accepted write of {resource}/{name} in the audit log");
+        assert!(writers.iter().all(|user| *user == tenant_user), "{resource}/{name} written as {writers:?}");
+    }
+    // The CDTarget's status and its children: written by the controller as itself.
+    for resource in ["cdtargets/status", "networkpolicies", "deployments"] {
+        let writers = accepted_writes_as(&events, &tenant.ns, resource, "deploy-agents");
+        assert!(!writers.is_empty(), "no accepted write of {resource}/deploy-agents in the audit log");
+        assert!(writers.iter().all(|user| user == CONTROLLER_USER), "{resource} written as {writers:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_cdtarget_pruned_from_git_has_its_children_removed_by_the_real_garbage_collector() {
+    let test = "a_cdtarget_pruned_from_git_has_its_children_removed_by_the_real_garbage_collector";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy child", "deploy-agents", exists, log).await;
+    tenant.until::<Deployment, _>("the Deployment child", "deploy-agents", exists, log).await;
+
+    let mark = cluster.audit_mark();
+    tenant.repo.remove_file("deploy/agents.yaml", "agents go");
+    tenant.repo.push("main");
+    tenant.request_reconcile("prune");
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy child removed", "deploy-agents", gone, log).await;
+    tenant.until::<Deployment, _>("the Deployment child removed", "deploy-agents", gone, log).await;
+
+    let events = cluster.audit_requests_since(mark);
+    let deletes = |resource: &str| -> Vec<&AuditEvent> {
+        events
+            .iter()
+            .filter(|event| event.verb == "delete" && event.namespace == tenant.ns && event.resource == resource)
+            .filter(|event| event.name == "deploy-agents" && (200..300).contains(&event.code))
+            .collect()
+    };
+    // The prune deletes the CDTarget as the tenant; the children go through their owner
+    // references, deleted by kube-controller-manager's garbage collector, never by the controller.
+    let pruned = deletes("cdtargets");
+    assert!(
+        !pruned.is_empty()
+            && pruned.iter().all(|event| event.user == CONTROLLER_USER && event.acting_user() == tenant.user()),
+        "{pruned:#?}"
+    );
+    for child in ["networkpolicies", "deployments"] {
+        let deleted = deletes(child);
+        assert!(!deleted.is_empty(), "no delete of the {child} child in the audit log");
+        assert!(deleted.iter().all(|event| event.user != CONTROLLER_USER), "{deleted:#?}");
+    }
+    // The tenant's ConfigMap stays: it is still in Git.
+    tenant.until::<ConfigMap, _>("the tenant's ConfigMap", "pipeline-settings", exists, log).await;
+}
+
+#[tokio::test]
+async fn a_tenant_document_outside_the_tenant_role_is_refused_by_the_real_rbac() {
+    let test = "a_tenant_document_outside_the_tenant_role_is_refused_by_the_real_rbac";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    // Ingress is no kind the loader refuses, and no kind the example tenant Role grants.
+    let ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: web\nspec:\n  defaultBackend:\n    service:\n      name: web\n      port:\n        number: 80\n";
+    let mark = cluster.audit_mark();
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/ingress.yaml", ingress)]);
+    let log = shared_controller(cluster).await;
+
+    let failed = |registration: Option<&TenantRepository>| {
+        registration.and_then(|r| r.status.as_ref()).is_some_and(|status| {
+            status.conditions.iter().any(|c| c.type_ == "Applied" && c.status == "False" && c.reason == "ApplyFailed")
+        })
+    };
+    let registration = tenant.registration_until("Applied=False/ApplyFailed", failed, log).await;
+    let applied =
+        registration.status.expect("status").conditions.into_iter().find(|c| c.type_ == "Applied").expect("Applied");
+    // docs/operations.md: the message names the object and the user.
+    assert!(applied.message.contains("web") && applied.message.contains("Ingress"), "{}", applied.message);
+    assert!(applied.message.contains(&tenant.user()), "{}", applied.message);
+
+    // The real apiserver refused it, as the tenant: 403 on an impersonated request.
+    let refused: Vec<AuditEvent> = cluster
+        .audit_requests_since(mark)
+        .into_iter()
+        .filter(|event| event.namespace == tenant.ns && event.resource == "ingresses" && event.code == 403)
+        .collect();
+    assert!(!refused.is_empty(), "no refused Ingress request in the audit log");
+    assert!(refused.iter().all(|event| event.acting_user() == tenant.user()), "{refused:#?}");
+    let api: Api<k8s_openapi::api::networking::v1::Ingress> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    assert!(api.get_opt("web").await.expect("get the Ingress").is_none(), "the Ingress was created");
+}
+
+#[tokio::test]
+async fn drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaired() {
+    let test = "drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaired";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<ConfigMap, _>("the tenant's ConfigMap", "pipeline-settings", exists, log).await;
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy child", "deploy-agents", exists, log).await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    let rendered = policies.get("deploy-agents").await.expect("get the NetworkPolicy").spec;
+
+    // A child: the controller owns it and watches it, so the repair follows the change.
+    let mark = cluster.audit_mark();
+    cluster
+        .kubectl(&[
+            "patch",
+            "networkpolicy",
+            "deploy-agents",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"egress":[]}}"#,
+        ])
+        .success();
+    let restored = move |object: Option<&NetworkPolicy>| object.is_some_and(|policy| policy.spec == rendered);
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy repaired", "deploy-agents", restored, log).await;
+    let events = cluster.audit_requests_until(mark, "the NetworkPolicy repair", |events| {
+        !accepted_writes_as(events, &tenant.ns, "networkpolicies", "deploy-agents").is_empty()
+    });
+    let repairs = accepted_writes_as(&events, &tenant.ns, "networkpolicies", "deploy-agents");
+    assert!(!repairs.is_empty() && repairs.iter().all(|user| user == CONTROLLER_USER), "{repairs:?}");
+
+    // A tenant object: repaired by the next reconcile of the registration ("reconcile now").
+    let mark = cluster.audit_mark();
+    cluster
+        .kubectl(&[
+            "patch",
+            "configmap",
+            "pipeline-settings",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"data":{"RETRIES":"9"}}"#,
+        ])
+        .success();
+    tenant.request_reconcile("drift");
+    let as_in_git = |object: Option<&ConfigMap>| {
+        object
+            .and_then(|map| map.data.as_ref())
+            .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
+    };
+    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
+    let events = cluster.audit_requests_until(mark, "the ConfigMap repair", |events| {
+        !accepted_writes_as(events, &tenant.ns, "configmaps", "pipeline-settings").is_empty()
+    });
+    let repairs = accepted_writes_as(&events, &tenant.ns, "configmaps", "pipeline-settings");
+    assert!(!repairs.is_empty() && repairs.iter().all(|user| *user == tenant.user()), "{repairs:?}");
+}
+
+/// The pod template's `cdtarget.io/secrets-digest` of a Deployment.
+fn secrets_digest(deployment: &Deployment) -> Option<String> {
+    let template = deployment.spec.as_ref()?.template.metadata.as_ref()?;
+    template.annotations.as_ref()?.get("cdtarget.io/secrets-digest").cloned()
+}
+
+#[tokio::test]
+async fn rotating_the_token_secret_rolls_the_agents() {
+    let test = "rotating_the_token_secret_rolls_the_agents";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<Deployment, _>("the Deployment child", "deploy-agents", exists, log).await;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    let before = secrets_digest(&deployments.get("deploy-agents").await.expect("get the Deployment"));
+    assert!(before.is_some(), "no secrets digest on the agents' pod template");
+
+    let mark = cluster.audit_mark();
+    cluster
+        .kubectl(&[
+            "patch",
+            "secret",
+            "azp-token",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"stringData":{"AZP_TOKEN":"rotated"}}"#,
+        ])
+        .success();
+    let rolled =
+        move |object: Option<&Deployment>| object.and_then(secrets_digest).is_some_and(|digest| Some(digest) != before);
+    tenant
+        .until::<Deployment, _>("a new secrets digest on the agents' pod template", "deploy-agents", rolled, log)
+        .await;
+    let events = cluster.audit_requests_until(mark, "the Deployment write", |events| {
+        !accepted_writes_as(events, &tenant.ns, "deployments", "deploy-agents").is_empty()
+    });
+    let writes = accepted_writes_as(&events, &tenant.ns, "deployments", "deploy-agents");
+    assert!(!writes.is_empty() && writes.iter().all(|user| user == CONTROLLER_USER), "{writes:?}");
+}
+
+#[tokio::test]
+async fn an_unchanged_poll_writes_nothing_but_a_drifted_object() {
+    let test = "an_unchanged_poll_writes_nothing_but_a_drifted_object";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
+    let settled = |registration: Option<&TenantRepository>| {
+        registration
+            .and_then(|r| r.status.as_ref())
+            .is_some_and(|status| status.conditions.iter().any(|c| c.type_ == "Applied" && c.status == "True"))
+    };
+    tenant.registration_until("Applied=True", settled, log).await;
+
+    // An unchanged poll, then (as a barrier: reconciles of one registration run one at a time) a
+    // drifted ConfigMap and another poll, whose repair is awaited. Between the mark and the
+    // repair the controller may write the drifted ConfigMap back, and nothing else.
+    let mark = cluster.audit_mark();
+    tenant.request_reconcile("unchanged");
+    cluster
+        .kubectl(&[
+            "patch",
+            "configmap",
+            "pipeline-settings",
+            "-n",
+            &tenant.ns,
+            "--type=merge",
+            "-p",
+            r#"{"data":{"RETRIES":"9"}}"#,
+        ])
+        .success();
+    tenant.request_reconcile("barrier");
+    let as_in_git = |object: Option<&ConfigMap>| {
+        object
+            .and_then(|map| map.data.as_ref())
+            .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
+    };
+    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
+
+    let events = cluster.audit_requests_until(mark, "the ConfigMap repair", |events| {
+        !accepted_writes_as(events, &tenant.ns, "configmaps", "pipeline-settings").is_empty()
+    });
+    // The registration's reconciler: what it applies as the tenant, and the registration itself
+    // (the CDTarget reconciler's own writes of children are not the poll's).
+    let writes: Vec<String> = events
+        .into_iter()
+        .filter(|event| event.user == CONTROLLER_USER && event.is_mutating())
+        .filter(|event| {
+            (event.namespace == tenant.ns && event.acting_user() == tenant.user())
+                || (event.resource == "tenantrepositories" && event.name == tenant.ns)
+        })
+        .map(|event| format!("{} {}/{} as {}", event.verb, event.full_resource(), event.name, event.acting_user()))
+        .collect();
+    let repair = format!("patch configmaps/pipeline-settings as {}", tenant.user());
+    assert!(writes.contains(&repair), "the drifted ConfigMap was not written back: {writes:#?}");
+    assert!(writes.iter().all(|write| *write == repair), "writes beyond the drifted object: {writes:#?}");
+}
+
+#[tokio::test]
+async fn a_broken_push_changes_nothing_and_names_the_file() {
+    let test = "a_broken_push_changes_nothing_and_names_the_file";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let log = shared_controller(cluster).await;
+    tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
+
+    // The ConfigMap changes and the CDTarget breaks (host bits set) in one push: all or nothing.
+    let mark = cluster.audit_mark();
+    let changed_map = CONFIG_MAP.replace("\"3\"", "\"4\"");
+    let broken = CDTARGET.replace("10.20.0.10", "10.30.8.5/24");
+    tenant.repo.commit_and_push(
+        &[("deploy/settings.yaml", changed_map.as_str()), ("deploy/agents.yaml", broken.as_str())],
+        "broken",
+    );
+    tenant.request_reconcile("broken");
+    let refused = |registration: Option<&TenantRepository>| {
+        registration.and_then(|r| r.status.as_ref()).is_some_and(|status| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Applied" && c.status == "False" && c.reason == "ValidationFailed")
+        })
+    };
+    let registration = tenant.registration_until("Applied=False/ValidationFailed", refused, log).await;
+    let applied =
+        registration.status.expect("status").conditions.into_iter().find(|c| c.type_ == "Applied").expect("Applied");
+    assert!(applied.message.contains("agents.yaml") && applied.message.contains("10.30.8.0/24"), "{}", applied.message);
+
+    let events = cluster.audit_requests_until(mark, "the registration's status write", |events| {
+        events.iter().any(|event| event.full_resource() == "tenantrepositories/status" && event.name == tenant.ns)
+    });
+    // Nothing of the broken revision is applied: no write as the tenant.
+    let tenant_writes: Vec<AuditEvent> = events
+        .into_iter()
+        .filter(|event| event.user == CONTROLLER_USER && event.is_mutating() && event.namespace == tenant.ns)
+        .filter(|event| event.acting_user() == tenant.user())
+        .collect();
+    assert!(tenant_writes.is_empty(), "a broken push was applied in part: {tenant_writes:#?}");
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    let map = maps.get("pipeline-settings").await.expect("get the ConfigMap");
+    assert_eq!(map.data.and_then(|data| data.get("RETRIES").cloned()).as_deref(), Some("3"));
+}

@@ -1,0 +1,842 @@
+//! A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver and kube-controller-manager,
+//! built from the Go module in `hack/control-plane/` (Kubernetes and etcd at the versions its
+//! `go.mod` pins) and started once per test binary.
+//!
+//! ```text
+//! let Some(cluster) = common::skip_or_fail("my_test", ControlPlane::shared()) else { return };
+//! let client = cluster.admin_client().await;
+//! cluster.kubectl(&["apply", "-k", "deploy/"]).success();
+//! let writes = cluster.audit_events().into_iter().filter(AuditEvent::is_mutating).count();
+//! ```
+//!
+//! * **Build**: the multi-call binary is built with `go build` into a cache directory keyed by the
+//!   pinned Kubernetes version and a hash of `go.mod`, `go.sum` and `main.go`
+//!   (`$CDTARGET_CONTROL_PLANE_CACHE`, else `$XDG_CACHE_HOME/cdtarget/control-plane`, else
+//!   `~/.cache/cdtarget/control-plane`), so it is built once per pin and reused by every run. The
+//!   build prints what it does and its progress on stderr (not captured by the test harness).
+//!   Without `go` on `PATH` the control plane is [`HarnessError::Unavailable`]: `skip_or_fail`
+//!   prints a SKIP line, or fails under `CI`.
+//! * **Certificates** come from the `openssl` command line (rcgen is not among the crate's
+//!   dependencies): one CA that signs the apiserver's serving certificate (127.0.0.1) and the admin
+//!   client certificate (`O=system:masters`); an EC P-256 key signs ServiceAccount tokens.
+//! * **kube-apiserver** runs with RBAC authorization, the default admission plugins, and an audit
+//!   policy at level `Metadata` for every request, logged as JSON lines to a file
+//!   ([`ControlPlane::audit_events`]).
+//! * **kube-controller-manager** runs the garbage collector, namespace deletion, ServiceAccount
+//!   and ServiceAccount-token controllers (no scheduler, no kubelet: pods stay Pending).
+//! * Every port is picked by the OS; everything lives in one temporary directory; the processes
+//!   are killed by PID when a [`ControlPlane`] is dropped, and the shared one (a static, never
+//!   dropped) when the test process exits.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::HarnessError;
+use super::process::{find_on_path, free_port, kill_pid, process_running, wait_until_serving};
+
+/// The Go module holding the control plane.
+pub fn module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/control-plane")
+}
+
+/// How long kube-apiserver may take from start to a successful `/readyz`.
+const READY_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The ServiceAccount issuer and audience of the built control plane.
+pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// A running control plane (see the module documentation).
+pub struct ControlPlane {
+    dir: tempfile::TempDir,
+    processes: Vec<Child>,
+    server: String,
+    version: String,
+    ca_pem: String,
+}
+
+impl ControlPlane {
+    /// The control plane shared by every test of this test binary, started on first use (and the
+    /// binary built first when it is not in the cache). Tests give themselves their own
+    /// namespaces. Killed when the test process exits.
+    pub fn shared() -> Result<&'static ControlPlane, HarnessError> {
+        static SHARED: OnceLock<Result<ControlPlane, (bool, String)>> = OnceLock::new();
+        let started = SHARED.get_or_init(|| {
+            let started = ControlPlane::start();
+            if let Ok(cluster) = &started {
+                kill_at_exit(cluster.pids().into_iter().rev().collect(), Some(cluster.dir().to_path_buf()));
+            }
+            started.map_err(|error| match error {
+                HarnessError::Unavailable(what) => (true, what),
+                HarnessError::Failed(why) => (false, why),
+            })
+        });
+        match started {
+            Ok(cluster) => Ok(cluster),
+            Err((true, what)) => Err(HarnessError::Unavailable(what.clone())),
+            Err((false, why)) => Err(HarnessError::Failed(why.clone())),
+        }
+    }
+
+    /// Builds the binary if needed and starts a new control plane of its own (killed on drop).
+    pub fn start() -> Result<ControlPlane, HarnessError> {
+        let binary = binary()?;
+        let openssl = find_on_path("openssl").ok_or_else(|| {
+            HarnessError::Unavailable("openssl is not installed (certificates of the control plane)".into())
+        })?;
+        let version = pinned_version(&module_dir())?;
+        let dir = tempfile::Builder::new()
+            .prefix("cdtarget-control-plane-")
+            .tempdir()
+            .map_err(|e| HarnessError::Failed(format!("temporary directory: {e}")))?;
+        let mut cluster =
+            ControlPlane { dir, processes: Vec::new(), server: String::new(), version, ca_pem: String::new() };
+        let started = Instant::now();
+        cluster.write_certificates(&openssl)?;
+        cluster.write_audit_policy()?;
+
+        let etcd_port = cluster.start_etcd(&binary)?;
+        let etcd_ready = started.elapsed();
+        let api_port = cluster.start_apiserver(&binary, etcd_port)?;
+        cluster.server = format!("https://127.0.0.1:{api_port}");
+        cluster.write_admin_kubeconfig()?;
+        cluster.wait_ready()?;
+        let api_ready = started.elapsed();
+        cluster.start_controller_manager(&binary)?;
+        report(&format!(
+            "control plane {} ready at {} in {:.1} s (etcd {:.1} s, kube-apiserver /readyz {:.1} s after etcd); dir {}",
+            cluster.version,
+            cluster.server,
+            started.elapsed().as_secs_f64(),
+            etcd_ready.as_secs_f64(),
+            (api_ready - etcd_ready).as_secs_f64(),
+            cluster.dir.path().display()
+        ));
+        Ok(cluster)
+    }
+
+    /// `https://127.0.0.1:PORT` of kube-apiserver.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The Kubernetes version of the control plane (`v1.X.Y`, the pin of `hack/control-plane`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The control plane's directory (certificates, logs, kubeconfigs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A kubeconfig of the cluster administrator (client certificate, `system:masters`), for
+    /// kubectl and for [`ControlPlane::admin_client`].
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir().join("admin.kubeconfig")
+    }
+
+    /// The PEM of the CA that signed the apiserver's serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The audit log: one JSON event per line.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir().join("audit.log")
+    }
+
+    /// The PIDs of etcd, kube-apiserver and kube-controller-manager.
+    pub fn pids(&self) -> Vec<u32> {
+        self.processes.iter().map(Child::id).collect()
+    }
+
+    /// A new admin client. Built per call: a client's connections belong to the tokio runtime
+    /// that opened them, and each `#[tokio::test]` has its own.
+    pub async fn admin_client(&self) -> kube::Client {
+        client_from_kubeconfig(&self.admin_kubeconfig()).await
+    }
+
+    /// `kubectl --kubeconfig <admin> args...`, run from the repository root.
+    pub fn kubectl(&self, args: &[&str]) -> Kubectl {
+        self.kubectl_as(&self.admin_kubeconfig(), args)
+    }
+
+    /// `kubectl --kubeconfig <kubeconfig> args...`, run from the repository root.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Kubectl {
+        let output = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run kubectl");
+        Kubectl { args: args.iter().map(|arg| (*arg).to_string()).collect(), output }
+    }
+
+    /// A token of the ServiceAccount `namespace/name` from the TokenRequest API (audience: the
+    /// apiserver's, valid for an hour).
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let api: kube::Api<ServiceAccount> = kube::Api::namespaced(self.admin_client().await, namespace);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() }),
+            ..TokenRequest::default()
+        };
+        let granted = api
+            .create_token_request(name, &kube::api::PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"));
+        granted.status.and_then(|status| status.token).expect("a token in the TokenRequest status")
+    }
+
+    /// Mints a token of the ServiceAccount `namespace/name` and writes a kubeconfig that
+    /// authenticates with it (nothing else), named `<namespace>.<name>.kubeconfig` in the control
+    /// plane's directory.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let token = self.service_account_token(namespace, name).await;
+        let path = self.dir().join(format!("{namespace}.{name}.kubeconfig"));
+        let user = format!("      token: {token}\n");
+        fs::write(&path, self.kubeconfig_text(&format!("system:serviceaccount:{namespace}:{name}"), &user))
+            .expect("write the ServiceAccount kubeconfig");
+        path
+    }
+
+    /// Every event of the audit log so far, in order (each request appears once per stage logged:
+    /// `ResponseComplete`, plus `ResponseStarted` for watches).
+    pub fn audit_events(&self) -> Vec<AuditEvent> {
+        self.audit_events_since(AuditMark(0))
+    }
+
+    /// Where the audit log ends now: [`ControlPlane::audit_events_since`] returns what follows.
+    pub fn audit_mark(&self) -> AuditMark {
+        AuditMark(fs::metadata(self.audit_log()).map(|meta| meta.len()).unwrap_or(0))
+    }
+
+    /// The audit events written after `mark`. A line still being written is left out.
+    pub fn audit_events_since(&self, mark: AuditMark) -> Vec<AuditEvent> {
+        let text = fs::read(self.audit_log()).unwrap_or_default();
+        let start = usize::try_from(mark.0).unwrap_or(usize::MAX).min(text.len());
+        parse_audit_log(&text[start..])
+    }
+
+    /// The same events, one per request (the `ResponseComplete` stage, or the last stage logged).
+    pub fn audit_requests_since(&self, mark: AuditMark) -> Vec<AuditEvent> {
+        let events = self.audit_events_since(mark);
+        let complete: HashSet<String> = events
+            .iter()
+            .filter(|event| event.stage == "ResponseComplete")
+            .map(|event| event.audit_id.clone())
+            .collect();
+        let mut seen = HashSet::new();
+        events
+            .into_iter()
+            .filter(|event| !complete.contains(&event.audit_id) || event.stage == "ResponseComplete")
+            .filter(|event| seen.insert(event.audit_id.clone()))
+            .collect()
+    }
+
+    /// The requests since `mark` once `done` holds for them, polling the file (at most 10 s,
+    /// then panicking with `what`). The audit event of a request is written when its handler
+    /// returns, which may be after a watcher has seen its effect: await it here.
+    pub fn audit_requests_until(
+        &self,
+        mark: AuditMark,
+        what: &str,
+        mut done: impl FnMut(&[AuditEvent]) -> bool,
+    ) -> Vec<AuditEvent> {
+        let started = Instant::now();
+        loop {
+            let events = self.audit_requests_since(mark);
+            if done(&events) {
+                return events;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "{what}: not in the audit log after 10 s");
+            // Nothing to await on a file another process appends to: poll (bounded above).
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    // === start-up ===
+
+    fn write_certificates(&mut self, openssl: &Path) -> Result<(), HarnessError> {
+        let dir = self.dir().to_path_buf();
+        // An empty configuration: no extension from the machine's openssl.cnf (a CA:TRUE on a leaf
+        // would make rustls refuse it), only those given with -addext.
+        fs::write(dir.join("openssl.cnf"), "[req]\ndistinguished_name = dn\n[dn]\n").map_err(failed)?;
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"];
+        let leaf = ["-CA", "ca.crt", "-CAkey", "ca.key", "-addext", "basicConstraints=critical,CA:FALSE"];
+        let steps: [Vec<&str>; 5] = [
+            [&["req", "-config", "openssl.cnf", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.crt"]].concat(),
+            [
+                &["req", "-config", "openssl.cnf", "-x509"][..],
+                &ec,
+                &leaf,
+                &["-keyout", "server.key", "-out", "server.crt"],
+            ]
+            .concat(),
+            [
+                &["req", "-config", "openssl.cnf", "-x509"][..],
+                &ec,
+                &leaf,
+                &["-keyout", "admin.key", "-out", "admin.crt"],
+            ]
+            .concat(),
+            vec!["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "sa.key"],
+            vec!["pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub"],
+        ];
+        let extra: [&[&str]; 5] = [
+            &[
+                "-subj",
+                "/CN=cdtarget-test-ca",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+            &[
+                "-subj",
+                "/CN=kube-apiserver",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-addext",
+                "extendedKeyUsage=serverAuth",
+            ],
+            &["-subj", "/O=system:masters/CN=cdtarget-admin", "-addext", "extendedKeyUsage=clientAuth"],
+            &[],
+            &[],
+        ];
+        for (args, extra) in steps.iter().zip(extra) {
+            let output = Command::new(openssl).args(args).args(extra).current_dir(&dir).output().map_err(failed)?;
+            if !output.status.success() {
+                return Err(HarnessError::Failed(format!(
+                    "openssl {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&output.stderr)
+                )));
+            }
+        }
+        self.ca_pem = fs::read_to_string(dir.join("ca.crt")).map_err(failed)?;
+        Ok(())
+    }
+
+    fn write_audit_policy(&self) -> Result<(), HarnessError> {
+        // Metadata for everything: user, impersonated user, verb, resource, namespace, name and
+        // response code of every request, no bodies. RequestReceived is left out so a request is
+        // logged when it is answered (watches also when their response starts).
+        let policy =
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n";
+        fs::write(self.dir().join("audit-policy.yaml"), policy).map_err(failed)
+    }
+
+    fn spawn(&mut self, binary: &Path, name: &str, args: &[String]) -> Result<u32, HarnessError> {
+        let log = fs::File::create(self.dir().join(format!("{name}.log"))).map_err(failed)?;
+        let child = Command::new(binary)
+            .args(args)
+            .current_dir(self.dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(failed)?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| HarnessError::Failed(format!("spawn {name}: {e}")))?;
+        let pid = child.id();
+        self.processes.push(child);
+        Ok(pid)
+    }
+
+    fn log_tail(&self, name: &str) -> String {
+        let text = fs::read_to_string(self.dir().join(format!("{name}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn start_etcd(&mut self, binary: &Path) -> Result<u16, HarnessError> {
+        let (client, peer) = (free_port(), free_port());
+        let data = self.dir().join("etcd");
+        let args: Vec<String> = vec![
+            "etcd".into(),
+            "--name=cdtarget-test".into(),
+            format!("--data-dir={}", data.display()),
+            format!("--listen-client-urls=http://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=cdtarget-test=http://127.0.0.1:{peer}"),
+            // Test data: no fsync, a small quota.
+            "--unsafe-no-fsync=true".into(),
+            "--quota-backend-bytes=1073741824".into(),
+            "--log-level=warn".into(),
+        ];
+        let pid = self.spawn(binary, "etcd", &args)?;
+        wait_until_serving(client, Duration::from_secs(30), |_| true, || process_running(pid))
+            .map_err(|why| HarnessError::Failed(format!("etcd {why}:\n{}", self.log_tail("etcd"))))?;
+        Ok(client)
+    }
+
+    fn start_apiserver(&mut self, binary: &Path, etcd_port: u16) -> Result<u16, HarnessError> {
+        let port = free_port();
+        let dir = self.dir().display().to_string();
+        let args: Vec<String> = vec![
+            "apiserver".into(),
+            format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={dir}/apiserver-certs"),
+            format!("--tls-cert-file={dir}/server.crt"),
+            format!("--tls-private-key-file={dir}/server.key"),
+            format!("--client-ca-file={dir}/ca.crt"),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
+            format!("--service-account-key-file={dir}/sa.pub"),
+            format!("--service-account-signing-key-file={dir}/sa.key"),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            // The `kubernetes` Service's endpoint may not be a loopback address; nothing needs it.
+            "--endpoint-reconciler-type=none".into(),
+            format!("--audit-policy-file={dir}/audit-policy.yaml"),
+            format!("--audit-log-path={dir}/audit.log"),
+            // Synchronous: a request's event is in the file when its response has been sent.
+            "--audit-log-mode=blocking".into(),
+            "--audit-log-maxbackup=0".into(),
+            "--profiling=false".into(),
+        ];
+        self.spawn(binary, "apiserver", &args)?;
+        Ok(port)
+    }
+
+    fn kubeconfig_text(&self, user: &str, credentials: &str) -> String {
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n  - name: cdtarget-test\n    cluster:\n      server: {server}\n      certificate-authority-data: {ca}\nusers:\n  - name: {user}\n    user:\n{credentials}contexts:\n  - name: cdtarget-test\n    context:\n      cluster: cdtarget-test\n      user: {user}\ncurrent-context: cdtarget-test\n",
+            server = self.server,
+        )
+    }
+
+    fn write_admin_kubeconfig(&self) -> Result<(), HarnessError> {
+        let encode = |file: &str| {
+            fs::read(self.dir().join(file)).map(|pem| base64::engine::general_purpose::STANDARD.encode(pem))
+        };
+        let credentials = format!(
+            "      client-certificate-data: {}\n      client-key-data: {}\n",
+            encode("admin.crt").map_err(failed)?,
+            encode("admin.key").map_err(failed)?
+        );
+        fs::write(self.admin_kubeconfig(), self.kubeconfig_text("cdtarget-admin", &credentials)).map_err(failed)
+    }
+
+    fn wait_ready(&self) -> Result<(), HarnessError> {
+        let kubeconfig = self.admin_kubeconfig();
+        let pid = self.processes.last().map(Child::id).unwrap_or_default();
+        // On a thread of its own with its own runtime: callers may be inside a tokio runtime.
+        let outcome = std::thread::spawn(move || -> Result<(), String> {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let client = client_from_kubeconfig(&kubeconfig).await;
+                let started = Instant::now();
+                let mut last = String::new();
+                loop {
+                    if !process_running(pid) {
+                        return Err(format!("kube-apiserver exited ({last})"));
+                    }
+                    let request = http::Request::get("/readyz").body(Vec::new()).expect("request");
+                    match client.request_text(request).await {
+                        Ok(body) if body.trim() == "ok" => return Ok(()),
+                        Ok(body) => last = body,
+                        Err(e) => last = e.to_string(),
+                    }
+                    if started.elapsed() > READY_DEADLINE {
+                        return Err(format!("not ready after {READY_DEADLINE:?}: {last}"));
+                    }
+                    // Nothing to await in a foreign process: poll /readyz (bounded above).
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        })
+        .join()
+        .map_err(|_| HarnessError::Failed("the /readyz poller panicked".into()))?;
+        outcome.map_err(|why| HarnessError::Failed(format!("kube-apiserver {why}:\n{}", self.log_tail("apiserver"))))
+    }
+
+    fn start_controller_manager(&mut self, binary: &Path) -> Result<(), HarnessError> {
+        let dir = self.dir().display().to_string();
+        let args: Vec<String> = vec![
+            "controller-manager".into(),
+            format!("--kubeconfig={dir}/admin.kubeconfig"),
+            "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller".into(),
+            format!("--service-account-private-key-file={dir}/sa.key"),
+            format!("--root-ca-file={dir}/ca.crt"),
+            "--leader-elect=false".into(),
+            // No serving endpoint: nothing scrapes it, and its default port is fixed.
+            "--secure-port=0".into(),
+        ];
+        let pid = self.spawn(binary, "controller-manager", &args)?;
+        if !process_running(pid) {
+            return Err(HarnessError::Failed(format!(
+                "kube-controller-manager exited:\n{}",
+                self.log_tail("controller-manager")
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // The controller manager and the apiserver first, etcd last.
+        for child in self.processes.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What [`kill_shared_at_exit`] kills and removes, in registration order.
+static AT_EXIT: Mutex<Vec<(Vec<u32>, Option<PathBuf>)>> = Mutex::new(Vec::new());
+
+/// Kills `pids` (in this order) and removes `dir` when the test process exits, for processes held
+/// in statics, which are never dropped. What was registered last goes first (a controller
+/// before the control plane it talks to).
+#[allow(unsafe_code)] // a libc call of the harness; `[lints]` denies unsafe code, src/ forbids it
+pub fn kill_at_exit(pids: Vec<u32>, dir: Option<PathBuf>) {
+    let mut registered = AT_EXIT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if registered.is_empty() {
+        // SAFETY: atexit(3) stores a plain function pointer; the handler is an `extern "C"` fn
+        // that does not unwind.
+        unsafe {
+            libc::atexit(kill_shared_at_exit);
+        }
+    }
+    registered.push((pids, dir));
+}
+
+extern "C" fn kill_shared_at_exit() {
+    let Ok(registered) = AT_EXIT.lock() else { return };
+    for (pids, dir) in registered.iter().rev() {
+        for &pid in pids {
+            kill_pid(pid);
+        }
+        if let Some(dir) = dir {
+            let _ = fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A point in the audit log (a byte offset).
+#[derive(Clone, Copy, Debug)]
+pub struct AuditMark(u64);
+
+impl AuditMark {
+    /// The start of the audit log.
+    pub const START: AuditMark = AuditMark(0);
+}
+
+/// One audit event, as far as the tests read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditEvent {
+    /// The request's id (the same for every stage of one request).
+    pub audit_id: String,
+    /// `ResponseStarted` or `ResponseComplete` (`Panic` on a server panic).
+    pub stage: String,
+    /// Who sent the request (`system:serviceaccount:ns:name`, `cdtarget-admin`, ...).
+    pub user: String,
+    /// Who the request was made as with impersonation, if anyone.
+    pub impersonated_user: Option<String>,
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
+    pub verb: String,
+    /// The API group (`""` for the core group).
+    pub api_group: String,
+    /// The resource (plural), `""` for non-resource requests.
+    pub resource: String,
+    /// The subresource (`status`, `token`, ...), `""` when none.
+    pub subresource: String,
+    /// The namespace, `""` when cluster-scoped.
+    pub namespace: String,
+    /// The object's name, `""` for collections.
+    pub name: String,
+    /// The HTTP status code of the response, 0 when not logged.
+    pub code: u16,
+    /// The request URI.
+    pub uri: String,
+}
+
+impl AuditEvent {
+    /// Whether the request writes (`create`, `update`, `patch`, `delete`, `deletecollection`).
+    pub fn is_mutating(&self) -> bool {
+        matches!(self.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
+    }
+
+    /// The identity the request was authorized as: the impersonated user, else the user.
+    pub fn acting_user(&self) -> &str {
+        self.impersonated_user.as_deref().unwrap_or(&self.user)
+    }
+
+    /// `resource` or `resource/subresource`.
+    pub fn full_resource(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEvent {
+    #[serde(rename = "auditID")]
+    audit_id: String,
+    stage: String,
+    verb: String,
+    #[serde(rename = "requestURI", default)]
+    request_uri: String,
+    user: RawUser,
+    #[serde(default)]
+    impersonated_user: Option<RawUser>,
+    #[serde(default)]
+    object_ref: Option<RawObjectRef>,
+    #[serde(default)]
+    response_status: Option<RawStatus>,
+}
+
+#[derive(Deserialize)]
+struct RawUser {
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct RawObjectRef {
+    api_group: String,
+    resource: String,
+    subresource: String,
+    namespace: String,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct RawStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+/// Parses JSON-lines audit events; a line that does not parse (one being written) is left out.
+pub fn parse_audit_log(text: &[u8]) -> Vec<AuditEvent> {
+    text.split(|&byte| byte == b'\n')
+        .filter_map(|line| serde_json::from_slice::<RawEvent>(line).ok())
+        .map(|raw| {
+            let object = raw.object_ref.unwrap_or_default();
+            AuditEvent {
+                audit_id: raw.audit_id,
+                stage: raw.stage,
+                user: raw.user.username,
+                impersonated_user: raw.impersonated_user.map(|user| user.username),
+                verb: raw.verb,
+                api_group: object.api_group,
+                resource: object.resource,
+                subresource: object.subresource,
+                namespace: object.namespace,
+                name: object.name,
+                code: raw.response_status.map_or(0, |status| status.code),
+                uri: raw.request_uri,
+            }
+        })
+        .collect()
+}
+
+/// The output of one kubectl run.
+pub struct Kubectl {
+    args: Vec<String>,
+    /// What kubectl printed and how it exited.
+    pub output: Output,
+}
+
+impl Kubectl {
+    /// Stdout, panicking with everything kubectl said when it failed.
+    pub fn success(&self) -> String {
+        assert!(
+            self.output.status.success(),
+            "kubectl {} failed ({}):\n{}{}",
+            self.args.join(" "),
+            self.output.status,
+            String::from_utf8_lossy(&self.output.stdout),
+            String::from_utf8_lossy(&self.output.stderr)
+        );
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// Stderr, panicking when kubectl succeeded.
+    pub fn failure(&self) -> String {
+        assert!(
+            !self.output.status.success(),
+            "kubectl {} succeeded but should have failed:\n{}",
+            self.args.join(" "),
+            String::from_utf8_lossy(&self.output.stdout)
+        );
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+}
+
+/// A client from a kubeconfig file (its current context).
+pub async fn client_from_kubeconfig(path: &Path) -> kube::Client {
+    // kube-fake-client turns kube's ring features on beside aws-lc-rs: pick one provider.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("read the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("a config from the kubeconfig");
+    kube::Client::try_from(config).expect("a client")
+}
+
+// === the build ===
+
+/// The Kubernetes version `hack/control-plane/go.mod` requires (`v1.X.Y`).
+pub fn pinned_version(module: &Path) -> Result<String, HarnessError> {
+    let go_mod = fs::read_to_string(module.join("go.mod")).map_err(failed)?;
+    go_mod
+        .lines()
+        .map(|line| line.trim().trim_start_matches("require").trim_start())
+        .find_map(|line| line.strip_prefix("k8s.io/kubernetes v"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|version| format!("v{version}"))
+        .ok_or_else(|| HarnessError::Failed("hack/control-plane/go.mod requires no k8s.io/kubernetes".into()))
+}
+
+/// Where built control planes are kept.
+pub fn cache_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CDTARGET_CONTROL_PLANE_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("cdtarget/control-plane")
+}
+
+/// The control-plane binary for the current pin: from the cache, or built into it now (once per
+/// process; a concurrent build by another process only costs time, the rename is atomic).
+pub fn binary() -> Result<PathBuf, HarnessError> {
+    static BUILT: OnceLock<Result<PathBuf, (bool, String)>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        build().map_err(|error| match error {
+            HarnessError::Unavailable(what) => (true, what),
+            HarnessError::Failed(why) => (false, why),
+        })
+    });
+    match built {
+        Ok(path) => Ok(path.clone()),
+        Err((true, what)) => Err(HarnessError::Unavailable(what.clone())),
+        Err((false, why)) => Err(HarnessError::Failed(why.clone())),
+    }
+}
+
+fn build() -> Result<PathBuf, HarnessError> {
+    let module = module_dir();
+    let version = pinned_version(&module)?;
+    let mut hash = Sha256::new();
+    for file in ["go.mod", "go.sum", "main.go"] {
+        hash.update(fs::read(module.join(file)).map_err(failed)?);
+    }
+    let key = hex::encode(hash.finalize());
+    let dir = cache_root().join(format!("{version}-{}", &key[..16]));
+    let binary = dir.join("control-plane");
+    if binary.is_file() {
+        return Ok(binary);
+    }
+    let go = find_on_path("go").ok_or_else(|| {
+        HarnessError::Unavailable(format!(
+            "Go is not installed: the cluster tests build kube-apiserver {version} from hack/control-plane with it"
+        ))
+    })?;
+    fs::create_dir_all(&dir).map_err(failed)?;
+    let total = Command::new(&go)
+        .args(["list", "-deps", "."])
+        .current_dir(&module)
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| output.stdout.split(|&byte| byte == b'\n').filter(|line| !line.is_empty()).count());
+    report(&format!(
+        "building the control plane (Kubernetes {version}, hack/control-plane) into {} with {}; a cold build takes 9-14 minutes on 2 cores (3.4 GB of memory), later runs reuse it",
+        dir.display(),
+        go.display()
+    ));
+    let partial = dir.join(format!("control-plane.partial-{}", std::process::id()));
+    let started = Instant::now();
+    let mut child = Command::new(&go)
+        .args(["build", "-v", "-trimpath", "-ldflags", &version_ldflags(&version), "-o"])
+        .arg(&partial)
+        .arg(".")
+        .current_dir(&module)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| HarnessError::Failed(format!("go build: {e}")))?;
+    // `go build -v` names each package as it compiles it: count them for the progress lines.
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut compiled = 0usize;
+    let mut last_report = Instant::now();
+    let mut errors = Vec::new();
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        if line.starts_with('#') || line.contains(": ") || line.starts_with('\t') {
+            errors.push(line);
+            continue;
+        }
+        compiled += 1;
+        if last_report.elapsed() >= Duration::from_secs(30) {
+            last_report = Instant::now();
+            let of = total.map(|total| format!(" of at most {total}")).unwrap_or_default();
+            report(&format!(
+                "control plane build: {compiled} packages compiled{of}, {:.0} s",
+                started.elapsed().as_secs_f64()
+            ));
+        }
+    }
+    let status = child.wait().map_err(failed)?;
+    if !status.success() {
+        let _ = fs::remove_file(&partial);
+        return Err(HarnessError::Failed(format!("go build of hack/control-plane ({status}):\n{}", errors.join("\n"))));
+    }
+    fs::rename(&partial, &binary).map_err(failed)?;
+    report(&format!(
+        "control plane built in {:.0} s ({compiled} packages compiled): {}",
+        started.elapsed().as_secs_f64(),
+        binary.display()
+    ));
+    Ok(binary)
+}
+
+/// What `/version` reports: Kubernetes' own build sets these with the linker, `go build` leaves
+/// `v0.0.0-master`.
+fn version_ldflags(version: &str) -> String {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let (major, minor) = (parts.next().unwrap_or("0"), parts.next().unwrap_or("0"));
+    let package = "k8s.io/component-base/version";
+    format!(
+        "-X {package}.gitVersion={version} -X {package}.gitMajor={major} -X {package}.gitMinor={minor} -X {package}.gitTreeState=clean"
+    )
+}
+
+/// A line on the test process's stderr that the test harness does not capture (progress of a
+/// long step must be visible while it runs).
+fn report(line: &str) {
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "[control plane] {line}");
+}
+
+fn failed(error: impl std::fmt::Display) -> HarnessError {
+    HarnessError::Failed(error.to_string())
+}
