@@ -218,6 +218,17 @@ const CONFIG_MAP: &str =
 
 /// The writes of `resource` (`plural` or `plural/subresource`) `name` in `ns` the controller sent
 /// and the API server accepted, each as the identity it acted as.
+/// Changes the tenant's ConfigMap `pipeline-settings` in `ns` with kubectl, away from Git.
+fn drift_pipeline_settings(cluster: &ControlPlane, ns: &str) {
+    let patch = r#"{"data":{"RETRIES":"9"}}"#;
+    cluster.kubectl(&["patch", "configmap", "pipeline-settings", "-n", ns, "--type=merge", "-p", patch]).success();
+}
+
+/// Whether `pipeline-settings` holds what Git says (`RETRIES: "3"`).
+fn settings_as_in_git(object: Option<&ConfigMap>) -> bool {
+    object.and_then(|map| map.data.as_ref()).is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
+}
+
 fn accepted_writes_as(events: &[AuditEvent], ns: &str, resource: &str, name: &str) -> Vec<String> {
     events
         .iter()
@@ -369,25 +380,9 @@ async fn drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaire
 
     // A tenant object: repaired by the next reconcile of the registration ("reconcile now").
     let mark = cluster.audit_mark();
-    cluster
-        .kubectl(&[
-            "patch",
-            "configmap",
-            "pipeline-settings",
-            "-n",
-            &tenant.ns,
-            "--type=merge",
-            "-p",
-            r#"{"data":{"RETRIES":"9"}}"#,
-        ])
-        .success();
+    drift_pipeline_settings(cluster, &tenant.ns);
     tenant.request_reconcile("drift");
-    let as_in_git = |object: Option<&ConfigMap>| {
-        object
-            .and_then(|map| map.data.as_ref())
-            .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
-    };
-    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
+    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", settings_as_in_git, log).await;
     let events = cluster.audit_requests_until(mark, "the ConfigMap repair", |events| {
         !accepted_writes_as(events, &tenant.ns, "configmaps", "pipeline-settings").is_empty()
     });
@@ -456,25 +451,9 @@ async fn an_unchanged_poll_writes_nothing_but_a_drifted_object() {
     // repair the controller may write the drifted ConfigMap back, and nothing else.
     let mark = cluster.audit_mark();
     tenant.request_reconcile("unchanged");
-    cluster
-        .kubectl(&[
-            "patch",
-            "configmap",
-            "pipeline-settings",
-            "-n",
-            &tenant.ns,
-            "--type=merge",
-            "-p",
-            r#"{"data":{"RETRIES":"9"}}"#,
-        ])
-        .success();
+    drift_pipeline_settings(cluster, &tenant.ns);
     tenant.request_reconcile("barrier");
-    let as_in_git = |object: Option<&ConfigMap>| {
-        object
-            .and_then(|map| map.data.as_ref())
-            .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some("3"))
-    };
-    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", as_in_git, log).await;
+    tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", settings_as_in_git, log).await;
 
     let events = cluster.audit_requests_until(mark, "the ConfigMap repair", |events| {
         !accepted_writes_as(events, &tenant.ns, "configmaps", "pipeline-settings").is_empty()

@@ -255,15 +255,28 @@ impl ControlPlane {
         what: &str,
         mut done: impl FnMut(&[AuditEvent]) -> bool,
     ) -> Vec<AuditEvent> {
-        let started = Instant::now();
+        use rustix::fs::inotify;
+        // The kernel says when kube-apiserver appends to the log: wait for that, not a timer.
+        let appended =
+            inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).expect("an inotify instance");
+        inotify::add_watch(&appended, self.audit_log(), inotify::WatchFlags::MODIFY).expect("a watch of the audit log");
+        let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let events = self.audit_requests_since(mark);
             if done(&events) {
                 return events;
             }
-            assert!(started.elapsed() < Duration::from_secs(10), "{what}: not in the audit log after 10 s");
-            // Nothing to await on a file another process appends to: poll (bounded above).
-            std::thread::sleep(Duration::from_millis(20));
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "{what}: not in the audit log after 10 s");
+            let timeout = rustix::time::Timespec::try_from(left).expect("a timeout");
+            let mut ready = [rustix::event::PollFd::new(&appended, rustix::event::PollFlags::IN)];
+            match rustix::event::poll(&mut ready, Some(&timeout)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => panic!("waiting for the audit log: {e}"),
+            }
+            // Drain the notifications; the log is read again above either way.
+            let mut buffer = [0u8; 4096];
+            while rustix::io::read(&appended, &mut buffer).is_ok_and(|n| n > 0) {}
         }
     }
 

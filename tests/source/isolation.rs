@@ -151,19 +151,26 @@ fn expect_redirect_refused(result: Result<cdtarget::source::Fetched, SourceError
     }
 }
 
+/// The `RedirectRefused` messages of fetching `url` with a token by branch and by commit: a
+/// branch asks where it points first (ls-remote), a commit SHA is fetched directly.
+fn redirect_refusals(url: &str) -> Vec<String> {
+    [Reference::Branch("main".into()), Reference::Commit("0123456789abcdef0123456789abcdef01234567".into())]
+        .into_iter()
+        .map(|reference| {
+            let cache = common::test_dir();
+            let mut request = request(url, Credentials::token(TOKEN));
+            request.reference = reference;
+            expect_redirect_refused(fetch(cache.path(), &request, &limits()))
+        })
+        .collect()
+}
+
 #[test]
 fn a_redirect_to_another_port_gets_no_token_and_fails_clearly() {
     let elsewhere = Recorder::asking_for_credentials();
     let origin = Recorder::redirecting_to(format!("http://127.0.0.1:{}", elsewhere.port));
     let url = format!("http://127.0.0.1:{}/tenant.git", origin.port);
-    // A branch asks where it points first (ls-remote); a commit SHA is fetched directly.
-    for reference in
-        [Reference::Branch("main".into()), Reference::Commit("0123456789abcdef0123456789abcdef01234567".into())]
-    {
-        let cache = common::test_dir();
-        let mut request = request(&url, Credentials::token(TOKEN));
-        request.reference = reference;
-        let message = expect_redirect_refused(fetch(cache.path(), &request, &limits()));
+    for message in redirect_refusals(&url) {
         assert!(message.contains(&format!("redirected to http://127.0.0.1:{}", elsewhere.port)), "{message}");
         assert!(message.contains("credentials are sent only to"), "{message}");
     }
@@ -176,13 +183,7 @@ fn a_redirect_to_another_host_is_not_followed_at_all() {
     let elsewhere = Recorder::asking_for_credentials();
     let origin = Recorder::redirecting_to(format!("http://localhost:{}", elsewhere.port));
     let url = format!("http://127.0.0.1:{}/tenant.git", origin.port);
-    for reference in
-        [Reference::Branch("main".into()), Reference::Commit("0123456789abcdef0123456789abcdef01234567".into())]
-    {
-        let cache = common::test_dir();
-        let mut request = request(&url, Credentials::token(TOKEN));
-        request.reference = reference;
-        let message = expect_redirect_refused(fetch(cache.path(), &request, &limits()));
+    for message in redirect_refusals(&url) {
         assert!(message.contains("not followed"), "{message}");
     }
     assert_eq!(elsewhere.heads(), Vec::<String>::new(), "the other host is never contacted");
