@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::Command;
 
-use crate::support::{installed_cluster, namespace};
+use crate::common::cluster::{installed_cluster, namespace};
 
 #[test]
 fn deploy_and_keda_crds_are_accepted_by_the_real_apiserver() {

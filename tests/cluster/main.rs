@@ -11,4 +11,3 @@ mod common;
 
 mod controller;
 mod install;
-mod support;

@@ -255,29 +255,10 @@ impl ControlPlane {
         what: &str,
         mut done: impl FnMut(&[AuditEvent]) -> bool,
     ) -> Vec<AuditEvent> {
-        use rustix::fs::inotify;
-        // The kernel says when kube-apiserver appends to the log: wait for that, not a timer.
-        let appended =
-            inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).expect("an inotify instance");
-        inotify::add_watch(&appended, self.audit_log(), inotify::WatchFlags::MODIFY).expect("a watch of the audit log");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        until_appended(&self.audit_log(), Duration::from_secs(10), what, || {
             let events = self.audit_requests_since(mark);
-            if done(&events) {
-                return events;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "{what}: not in the audit log after 10 s");
-            let timeout = rustix::time::Timespec::try_from(left).expect("a timeout");
-            let mut ready = [rustix::event::PollFd::new(&appended, rustix::event::PollFlags::IN)];
-            match rustix::event::poll(&mut ready, Some(&timeout)) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => panic!("waiting for the audit log: {e}"),
-            }
-            // Drain the notifications; the log is read again above either way.
-            let mut buffer = [0u8; 4096];
-            while rustix::io::read(&appended, &mut buffer).is_ok_and(|n| n > 0) {}
-        }
+            done(&events).then_some(events)
+        })
     }
 
     // === start-up ===
@@ -542,6 +523,34 @@ extern "C" fn kill_shared_at_exit() {
         if let Some(dir) = dir {
             let _ = fs::remove_dir_all(dir);
         }
+    }
+}
+
+/// Calls `done` now and each time something is appended to the file at `path` (the kernel says
+/// when, through inotify: no timer) until it gives a value, at most `within`, then panics with
+/// `what`. For files another process appends to: the audit log, a controller's log.
+pub fn until_appended<T>(path: &Path, within: Duration, what: &str, mut done: impl FnMut() -> Option<T>) -> T {
+    use rustix::fs::inotify;
+    let appended =
+        inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).expect("an inotify instance");
+    inotify::add_watch(&appended, path, inotify::WatchFlags::MODIFY)
+        .unwrap_or_else(|e| panic!("a watch of {}: {e}", path.display()));
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = done() {
+            return value;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "{what}: not in {} after {within:?}", path.display());
+        let timeout = rustix::time::Timespec::try_from(left).expect("a timeout");
+        let mut ready = [rustix::event::PollFd::new(&appended, rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut ready, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => panic!("waiting for {}: {e}", path.display()),
+        }
+        // Drain the notifications; the file is read again above either way.
+        let mut buffer = [0u8; 4096];
+        while rustix::io::read(&appended, &mut buffer).is_ok_and(|n| n > 0) {}
     }
 }
 

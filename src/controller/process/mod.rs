@@ -132,6 +132,8 @@ pub async fn run(args: Args) -> Result<(), RunError> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| RunError::Serve { address: args.metrics_address.clone(), source })?;
+    // The bound address, so that a port the OS picked (`:0`) can be read off the log.
+    let address = listener.local_addr().unwrap_or(address);
     info!(%address, "serving /metrics, /healthz and /readyz");
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
     let http = tokio::spawn(telemetry::serve(listener, state.clone(), stopped(http_stop_rx.clone())));
@@ -141,6 +143,7 @@ pub async fn run(args: Args) -> Result<(), RunError> {
     let webhook_listener = tokio::net::TcpListener::bind(webhook_address)
         .await
         .map_err(|source| RunError::Serve { address: args.webhook_addr.clone(), source })?;
+    let webhook_address = webhook_listener.local_addr().unwrap_or(webhook_address);
     info!(address = %webhook_address, "serving the webhook receiver on /hook/<digest>");
     let index = Arc::new(webhook::Index::default());
     let receiver = webhook::Receiver::new(index.clone(), webhook_limits(&args), state.metrics.webhook.clone());
