@@ -10,4 +10,5 @@
 mod common;
 
 mod controller;
+mod external;
 mod install;

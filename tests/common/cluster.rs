@@ -91,12 +91,25 @@ pub fn install(cluster: &ControlPlane, keda: &Path) -> Installed {
     Installed { deploy, keda }
 }
 
-/// A new namespace named `<prefix>-<n>`, created with kubectl as the admin.
+/// A new namespace named `<prefix>-<n>` (`<prefix>-<run>-<n>` on an existing cluster, where
+/// earlier runs left theirs), created with kubectl as the admin and labelled
+/// `cdtarget.io/test-run=<run>` so that a run's namespaces can be found and removed.
 pub fn namespace(cluster: &ControlPlane, prefix: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let name = format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::SeqCst));
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let name = if cluster.is_external() { format!("{prefix}-{}-{n}", run_tag()) } else { format!("{prefix}-{n}") };
     cluster.kubectl(&["create", "namespace", &name]).success();
+    cluster.kubectl(&["label", "namespace", &name, &format!("cdtarget.io/test-run={}", run_tag())]).success();
     name
+}
+
+/// This test process's run: six hex digits from its pid and start time.
+pub fn run_tag() -> &'static str {
+    static TAG: OnceLock<String> = OnceLock::new();
+    TAG.get_or_init(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        format!("{:06x}", (nanos ^ u128::from(std::process::id()).rotate_left(20)) & 0xff_ffff)
+    })
 }
 
 /// `cdtarget controller` as a process (see the module documentation). Killed with SIGKILL when

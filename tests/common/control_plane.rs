@@ -61,7 +61,21 @@ pub struct ControlPlane {
     server: String,
     version: String,
     ca_pem: String,
+    /// Set when the tests were pointed at a cluster of someone else's ([`ControlPlane::external`]).
+    external: Option<External>,
 }
+
+/// An existing cluster the tests were pointed at: its kubeconfig and its API server's audit log.
+struct External {
+    kubeconfig: PathBuf,
+    audit_log: PathBuf,
+    insecure: bool,
+}
+
+/// The kubeconfig of an existing cluster to run the cluster tests against instead of the built one.
+pub const EXTERNAL_KUBECONFIG: &str = "CDTARGET_TEST_KUBECONFIG";
+/// Its API server's audit log (JSON lines, level `Metadata` or more for every request), readable here.
+pub const EXTERNAL_AUDIT_LOG: &str = "CDTARGET_TEST_AUDIT_LOG";
 
 impl ControlPlane {
     /// The control plane shared by every test of this test binary, started on first use (and the
@@ -70,7 +84,13 @@ impl ControlPlane {
     pub fn shared() -> Result<&'static ControlPlane, HarnessError> {
         static SHARED: OnceLock<Result<ControlPlane, (bool, String)>> = OnceLock::new();
         let started = SHARED.get_or_init(|| {
-            let started = ControlPlane::start();
+            let started = match std::env::var_os(EXTERNAL_KUBECONFIG) {
+                Some(kubeconfig) => ControlPlane::external(
+                    Path::new(&kubeconfig),
+                    std::env::var_os(EXTERNAL_AUDIT_LOG).map(PathBuf::from),
+                ),
+                None => ControlPlane::start(),
+            };
             if let Ok(cluster) = &started {
                 kill_at_exit(cluster.pids().into_iter().rev().collect(), Some(cluster.dir().to_path_buf()));
             }
@@ -97,8 +117,14 @@ impl ControlPlane {
             .prefix("cdtarget-control-plane-")
             .tempdir()
             .map_err(|e| HarnessError::Failed(format!("temporary directory: {e}")))?;
-        let mut cluster =
-            ControlPlane { dir, processes: Vec::new(), server: String::new(), version, ca_pem: String::new() };
+        let mut cluster = ControlPlane {
+            dir,
+            processes: Vec::new(),
+            server: String::new(),
+            version,
+            ca_pem: String::new(),
+            external: None,
+        };
         let started = Instant::now();
         cluster.write_certificates(&openssl)?;
         cluster.write_audit_policy()?;
@@ -123,6 +149,89 @@ impl ControlPlane {
         Ok(cluster)
     }
 
+    /// An existing cluster instead of the built one (`CDTARGET_TEST_KUBECONFIG`): the server and CA
+    /// of the kubeconfig's current context, its user as the administrator, and its API server's
+    /// audit log (`CDTARGET_TEST_AUDIT_LOG`, which the tests read to see what the controller sent;
+    /// without it the cluster tests are unavailable). Nothing is started or stopped; the faults
+    /// that restart processes are unavailable ([`ControlPlane::is_external`]).
+    pub fn external(kubeconfig: &Path, audit_log: Option<PathBuf>) -> Result<ControlPlane, HarnessError> {
+        let audit_log = audit_log.ok_or_else(|| {
+            HarnessError::Unavailable(format!(
+                "{EXTERNAL_KUBECONFIG} is set but {EXTERNAL_AUDIT_LOG} is not: the cluster tests read what the \
+                 controller sent from the API server's audit log (docs/testing.md)"
+            ))
+        })?;
+        fs::File::open(&audit_log)
+            .map_err(|e| HarnessError::Failed(format!("{EXTERNAL_AUDIT_LOG}={}: {e}", audit_log.display())))?;
+        let config = kube::config::Kubeconfig::read_from(kubeconfig)
+            .map_err(|e| HarnessError::Failed(format!("{EXTERNAL_KUBECONFIG}={}: {e}", kubeconfig.display())))?;
+        let context =
+            config.current_context.as_deref().ok_or_else(|| failed("the kubeconfig has no current context"))?;
+        let cluster_name = config
+            .contexts
+            .iter()
+            .find(|named| named.name == context)
+            .and_then(|named| named.context.as_ref())
+            .map(|context| context.cluster.clone())
+            .ok_or_else(|| failed(format!("the kubeconfig has no context {context}")))?;
+        let cluster = config
+            .clusters
+            .iter()
+            .find(|named| named.name == cluster_name)
+            .and_then(|named| named.cluster.as_ref())
+            .ok_or_else(|| failed(format!("the kubeconfig has no cluster {cluster_name}")))?;
+        let server = cluster.server.clone().ok_or_else(|| failed(format!("cluster {cluster_name} has no server")))?;
+        let ca_pem = match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
+            (Some(data), _) => {
+                String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data).map_err(failed)?)
+                    .map_err(failed)?
+            }
+            (None, Some(file)) => fs::read_to_string(file).map_err(failed)?,
+            (None, None) => String::new(),
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("cdtarget-external-")
+            .tempdir()
+            .map_err(|e| HarnessError::Failed(format!("temporary directory: {e}")))?;
+        let mut external = ControlPlane {
+            dir,
+            processes: Vec::new(),
+            server,
+            version: String::new(),
+            ca_pem,
+            external: Some(External {
+                kubeconfig: kubeconfig.to_path_buf(),
+                audit_log,
+                insecure: cluster.insecure_skip_tls_verify.unwrap_or(false),
+            }),
+        };
+        let version = external.kubectl(&["version", "-o", "json"]);
+        if !version.output.status.success() {
+            return Err(failed(format!(
+                "{} is not reachable: {}",
+                external.server,
+                String::from_utf8_lossy(&version.output.stderr).trim()
+            )));
+        }
+        external.version = serde_json::from_slice::<serde_json::Value>(&version.output.stdout)
+            .ok()
+            .and_then(|value| value["serverVersion"]["gitVersion"].as_str().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into());
+        report(&format!(
+            "existing cluster {} at {} ({}); audit log {}",
+            external.version,
+            external.server,
+            kubeconfig.display(),
+            external.audit_log().display()
+        ));
+        Ok(external)
+    }
+
+    /// Whether this is an existing cluster the tests were pointed at (nothing here to restart).
+    pub fn is_external(&self) -> bool {
+        self.external.is_some()
+    }
+
     /// `https://127.0.0.1:PORT` of kube-apiserver.
     pub fn server(&self) -> &str {
         &self.server
@@ -141,7 +250,10 @@ impl ControlPlane {
     /// A kubeconfig of the cluster administrator (client certificate, `system:masters`), for
     /// kubectl and for [`ControlPlane::admin_client`].
     pub fn admin_kubeconfig(&self) -> PathBuf {
-        self.dir().join("admin.kubeconfig")
+        match &self.external {
+            Some(external) => external.kubeconfig.clone(),
+            None => self.dir().join("admin.kubeconfig"),
+        }
     }
 
     /// The PEM of the CA that signed the apiserver's serving certificate.
@@ -151,7 +263,10 @@ impl ControlPlane {
 
     /// The audit log: one JSON event per line.
     pub fn audit_log(&self) -> PathBuf {
-        self.dir().join("audit.log")
+        match &self.external {
+            Some(external) => external.audit_log.clone(),
+            None => self.dir().join("audit.log"),
+        }
     }
 
     /// The PIDs of etcd, kube-apiserver and kube-controller-manager.
@@ -409,9 +524,17 @@ impl ControlPlane {
     }
 
     fn kubeconfig_text(&self, user: &str, credentials: &str) -> String {
-        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        // An existing cluster's CA may be the machine's roots (none given) or not checked at all.
+        let ca = match (&self.external, self.ca_pem.is_empty()) {
+            (Some(External { insecure: true, .. }), _) => "      insecure-skip-tls-verify: true\n".to_string(),
+            (_, true) => String::new(),
+            (_, false) => format!(
+                "      certificate-authority-data: {}\n",
+                base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+            ),
+        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n  - name: cdtarget-test\n    cluster:\n      server: {server}\n      certificate-authority-data: {ca}\nusers:\n  - name: {user}\n    user:\n{credentials}contexts:\n  - name: cdtarget-test\n    context:\n      cluster: cdtarget-test\n      user: {user}\ncurrent-context: cdtarget-test\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n  - name: cdtarget-test\n    cluster:\n      server: {server}\n{ca}users:\n  - name: {user}\n    user:\n{credentials}contexts:\n  - name: cdtarget-test\n    context:\n      cluster: cdtarget-test\n      user: {user}\ncurrent-context: cdtarget-test\n",
             server = self.server,
         )
     }
