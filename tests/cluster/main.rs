@@ -9,5 +9,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admission;
+mod conflicts;
 mod controller;
 mod install;
+mod kit;
+mod own;
+mod policy;
+mod resync;
+mod tenancy;
