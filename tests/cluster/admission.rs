@@ -6,11 +6,13 @@
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 
 use crate::common::ControlPlane;
 use crate::common::cluster::{CONFIG_MAP, PLATFORM_NAMESPACE, Tenant, applied, installed_cluster, shared_controller};
+use crate::common::control_plane::client_from_kubeconfig;
 use crate::kit::{kubectl_file, registration_condition};
 
 const NO_TOKEN_SECRETS: &str = "cdtarget-tenant-no-service-account-token-secrets";
@@ -216,4 +218,60 @@ async fn agent_labels_on_a_pod_template_are_refused_to_the_tenant_on_every_workl
     assert_denied(refused, NO_AGENT_LABELS, AGENT_LABELS_REFUSED, "a Deployment as the controller impersonating");
     // ... while the controller as itself may write them: that is how agents get their label.
     create(cluster, &as_controller, &tenant.ns, &labelled, &[]).expect("the controller's own Deployment");
+}
+
+#[tokio::test]
+async fn the_example_role_grants_the_tenant_no_network_policy_rbac_token_namespace_or_other_namespace() {
+    let test = "the_example_role_grants_the_tenant_no_network_policy_rbac_token_namespace_or_other_namespace";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP)]);
+    let as_tenant = cluster.service_account_kubeconfig(&tenant.ns, "cdtarget-tenant").await;
+    let ns = tenant.ns.as_str();
+    let user = tenant.user();
+    // What the header of the example claims the Role leaves out, each refused by RBAC.
+    // Egress is the cluster admin's: no NetworkPolicy of its own.
+    let open = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: open\nspec:\n  podSelector: {}\n  egress:\n    - {}\n";
+    let refused = create(cluster, &as_tenant, ns, open, &[]).expect_err("a NetworkPolicy");
+    assert!(refused.contains(&format!("User \"{user}\" cannot create resource \"networkpolicies\"")), "{refused}");
+    let refusals: [(&[&str], String); 3] = [
+        // No escalation through RBAC kinds.
+        (
+            &["create", "role", "mine", "--verb=*", "--resource=*", "-n", ns][..],
+            format!("User \"{user}\" cannot create resource \"roles\""),
+        ),
+        // No token of its own ServiceAccount (TokenRequest).
+        (
+            &["create", "token", "cdtarget-tenant", "-n", ns][..],
+            format!("User \"{user}\" cannot create resource \"serviceaccounts/token\""),
+        ),
+        // Nothing outside its namespace.
+        (
+            &["get", "secrets", "-n", "kube-system"][..],
+            format!(
+                "User \"{user}\" cannot list resource \"secrets\" in API group \"\" in the namespace \"kube-system\""
+            ),
+        ),
+    ];
+    for (args, expected) in refusals {
+        let refused = cluster.kubectl_as(&as_tenant, args).failure();
+        assert!(refused.contains(&expected), "kubectl {}: `{expected}` not in {refused}", args.join(" "));
+    }
+    // The namespace label that scopes every admission policy above stays: the patch itself, sent
+    // as the tenant (kubectl would stop at the `get` it sends first).
+    let namespaces: Api<Namespace> = Api::all(client_from_kubeconfig(&as_tenant).await);
+    let unlabel = serde_json::json!({"metadata": {"labels": {"cdtarget.io/tenant": null}}});
+    let refused = namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(&unlabel)).await.expect_err("unlabelled");
+    let kube::Error::Api(status) = refused else { panic!("{refused}") };
+    assert_eq!(status.code, 403, "{status:?}");
+    assert!(status.message.contains(&format!("User \"{user}\" cannot patch resource \"namespaces\"")), "{status:?}");
+
+    // Allowed: what it applies, in its namespace.
+    cluster.kubectl_as(&as_tenant, &["create", "configmap", "allowed", "-n", ns]).success();
+
+    // The token Secret policy is scoped to tenant namespaces: elsewhere (a platform namespace,
+    // for the admin) the API server still accepts one.
+    let platform = crate::common::cluster::namespace(cluster, "platform");
+    let token_secret = secret("platform-token", TOKEN_ANNOTATION, "kubernetes.io/service-account-token");
+    create(cluster, &cluster.admin_kubeconfig(), &platform, &token_secret, &[])
+        .expect("a token Secret outside tenant namespaces");
 }

@@ -4,14 +4,15 @@
 //! its ownership; kubectl's server-side apply without `--force-conflicts` is refused naming
 //! their manager; a field only another manager sets stays, and stays that manager's.
 
+use cdtarget::api::CDTarget;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::{Api, Resource};
 
 use crate::common::cluster::{
-    CDTARGET, CONFIG_MAP, CONTROLLER_USER, Tenant, accepted_writes_as, exists, installed_cluster, settings_as_in_git,
-    shared_controller,
+    CDTARGET, CONFIG_MAP, CONTROLLER_USER, Tenant, accepted_writes_as, exists, installed_cluster, ready,
+    settings_as_in_git, shared_controller,
 };
 use crate::kit::kubectl_file;
 
@@ -52,7 +53,8 @@ async fn a_child_field_taken_by_kubectl_goes_back_to_the_controller_and_kubectl_
     let Some((cluster, _)) = installed_cluster(test) else { return };
     let tenant = Tenant::onboard(cluster, &[("deploy/agents.yaml", CDTARGET)]);
     let log = shared_controller(cluster).await;
-    tenant.until::<NetworkPolicy, _>("the NetworkPolicy child", "deploy-agents", exists, log).await;
+    // Ready: the first pass has written every child, and the status after them.
+    tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
     let policies: Api<NetworkPolicy> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
     let rendered = policies.get("deploy-agents").await.expect("get the NetworkPolicy");
     assert!(owns(&rendered, "cdtarget", &["f:spec", "f:egress"]), "{}", managers(&rendered));

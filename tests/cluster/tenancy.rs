@@ -164,9 +164,14 @@ async fn a_secret_for_another_namespace_is_refused_by_the_loader_and_by_rbac_if_
             assert!(refused.contains(&expected), "{expected} not in {refused}");
         }
     }
-    let events = cluster.audit_requests_until(mark, "the four refused Secret requests", |events| {
-        events.iter().filter(|event| event.resource == "secrets" && event.code == 403).count() >= 4
-    });
+    let refused_secrets = |events: &[AuditEvent]| {
+        events
+            .iter()
+            .filter(|event| event.resource == "secrets" && event.acting_user() == tenant.user() && event.code == 403)
+            .count()
+    };
+    let events =
+        cluster.audit_requests_until(mark, "the four refused Secret requests", |events| refused_secrets(events) >= 4);
     let refused: Vec<&AuditEvent> = events
         .iter()
         .filter(|event| event.resource == "secrets" && event.acting_user() == tenant.user() && event.is_mutating())

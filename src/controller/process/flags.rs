@@ -55,8 +55,8 @@ pub struct Args {
     #[arg(long, env = "CDTARGET_GIT_MAX_CACHE_BYTES", default_value_t = source::Limits::default().max_cache_bytes, value_name = "BYTES")]
     pub git_max_cache_bytes: u64,
     /// Label selector for sharding: only TenantRepositories and CDTargets matching it are
-    /// reconciled by this replica (e.g. `cdtarget.io/shard=a`). Give each shard its own
-    /// `--lease-name`.
+    /// reconciled by this replica (e.g. `example.com/shard=a`: tenant documents may not carry
+    /// `cdtarget.io/` labels). Give each shard its own `--lease-name`.
     #[arg(long, env = "CDTARGET_SHARD_SELECTOR", value_name = "SELECTOR")]
     pub shard_selector: Option<String>,
     /// Elect a leader on a coordination.k8s.io Lease so that only one replica reconciles;
