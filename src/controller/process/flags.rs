@@ -268,7 +268,7 @@ mod tests {
         let given = parse(&["--cdtarget-resync-interval", "1m30s"]).unwrap();
         assert_eq!(given.cdtarget_resync_interval, Duration::from_secs(90));
         for refused in ["0s", "10", "soon"] {
-            let error = parse(&["--cdtarget-resync-interval", refused]).err().expect(refused).to_string();
+            let error = parse(&["--cdtarget-resync-interval", refused]).expect_err(refused).to_string();
             assert!(error.contains("not a positive duration"), "{error}");
         }
     }
