@@ -53,6 +53,39 @@ fn secret(name: &str, annotations: &str, type_: &str) -> String {
 
 const TOKEN_ANNOTATION: &str = "  annotations:\n    kubernetes.io/service-account.name: cdtarget-tenant\n";
 
+/// Waits (at most a minute) until the three policies are enforced in the tenant namespace `ns`.
+/// kube-apiserver loads a new ValidatingAdmissionPolicy and its binding asynchronously (from its
+/// informers), so requests right after the binary's first onboarding created them can pass
+/// unjudged. Nothing signals the load: one server-side dry run per policy (nothing is stored),
+/// as the admin (whom the policies judge too), is repeated until all three are denied.
+async fn until_policies_enforced(cluster: &ControlPlane, ns: &str) {
+    let admin = cluster.admin_kubeconfig();
+    let probes = [
+        (secret("probe", TOKEN_ANNOTATION, "Opaque"), NO_TOKEN_SECRETS),
+        (workload("Pod", "probe", Some(""), "  serviceAccountName: cdtarget-tenant\n"), NO_PODS_AS_APPLY_IDENTITY),
+        (workload("Deployment", "probe", Some("    cdtarget.io/cdtarget: probe\n"), ""), NO_AGENT_LABELS),
+    ];
+    let started = std::time::Instant::now();
+    for round in 1.. {
+        let enforced = probes.iter().all(|(manifest, policy)| {
+            create(cluster, &admin, ns, manifest, &["--dry-run=server"]).is_err_and(|refused| refused.contains(policy))
+        });
+        if enforced {
+            eprintln!(
+                "[admission] policies enforced in {ns} after {:.1} s ({round} probe rounds)",
+                started.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the admission policies are not enforced in {ns}"
+        );
+        // No signal to await (see above): probe again shortly.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 async fn service_account_token_secrets_are_refused_in_a_tenant_namespace_and_opaque_ones_allowed() {
     let test = "service_account_token_secrets_are_refused_in_a_tenant_namespace_and_opaque_ones_allowed";
@@ -60,9 +93,22 @@ async fn service_account_token_secrets_are_refused_in_a_tenant_namespace_and_opa
     // From Git: the loader has no rule against token Secrets (the Role grants Secrets), so the
     // controller sends it as the tenant and the admission policy answers.
     let token_secret = secret("mint", TOKEN_ANNOTATION, "kubernetes.io/service-account-token");
-    let tenant =
-        Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/token.yaml", &token_secret)]);
+    let files = [("deploy/settings.yaml", CONFIG_MAP), ("deploy/token.yaml", token_secret.as_str())];
+    let tenant = Tenant::onboard_with(cluster, &files, "  suspend: true\n");
+    until_policies_enforced(cluster, &tenant.ns).await;
     let log = shared_controller(cluster).await;
+    cluster
+        .kubectl(&[
+            "patch",
+            "tenantrepository",
+            &tenant.ns,
+            "-n",
+            PLATFORM_NAMESPACE,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"suspend":false}}"#,
+        ])
+        .success();
     let registration =
         tenant.registration_until("Applied=False/ApplyFailed", applied("False", "ApplyFailed"), log).await;
     let message = registration_condition(&registration, "Applied").message;
@@ -139,6 +185,7 @@ async fn pods_running_as_the_apply_identity_are_refused_in_a_tenant_namespace() 
     let test = "pods_running_as_the_apply_identity_are_refused_in_a_tenant_namespace";
     let Some((cluster, _)) = installed_cluster(test) else { return };
     let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP)]);
+    until_policies_enforced(cluster, &tenant.ns).await;
     let as_tenant = cluster.service_account_kubeconfig(&tenant.ns, "cdtarget-tenant").await;
     let thief = "  serviceAccountName: cdtarget-tenant\n  automountServiceAccountToken: true\n";
 
@@ -178,6 +225,7 @@ async fn agent_labels_on_a_pod_template_are_refused_to_the_tenant_on_every_workl
     let test = "agent_labels_on_a_pod_template_are_refused_to_the_tenant_on_every_workload_it_may_write";
     let Some((cluster, _)) = installed_cluster(test) else { return };
     let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP)]);
+    until_policies_enforced(cluster, &tenant.ns).await;
     let as_tenant = cluster.service_account_kubeconfig(&tenant.ns, "cdtarget-tenant").await;
     let agent_label = "    cdtarget.io/cdtarget: deploy-agents\n";
 
@@ -269,7 +317,8 @@ async fn the_example_role_grants_the_tenant_no_network_policy_rbac_token_namespa
     cluster.kubectl_as(&as_tenant, &["create", "configmap", "allowed", "-n", ns]).success();
 
     // The token Secret policy is scoped to tenant namespaces: elsewhere (a platform namespace,
-    // for the admin) the API server still accepts one.
+    // for the admin) the API server still accepts one, while it is enforced here.
+    until_policies_enforced(cluster, ns).await;
     let platform = crate::common::cluster::namespace(cluster, "platform");
     let token_secret = secret("platform-token", TOKEN_ANNOTATION, "kubernetes.io/service-account-token");
     create(cluster, &cluster.admin_kubeconfig(), &platform, &token_secret, &[])
