@@ -9,6 +9,13 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admission;
+mod conflicts;
 mod controller;
 mod external;
 mod install;
+mod kit;
+mod own;
+mod policy;
+mod resync;
+mod tenancy;

@@ -56,7 +56,8 @@ pub const REASON_SECRET_NOT_ALLOWED: &str = "SecretNotAllowed";
 /// Condition reason: a referenced ConfigMap cannot be read by the namespace's tenant identity.
 pub const REASON_CONFIG_MAP_NOT_ALLOWED: &str = "ConfigMapNotAllowed";
 
-/// Resync of a CDTarget whose children are in place (drift repair).
+/// Resync of a CDTarget whose children are in place (drift repair), unless
+/// `--cdtarget-resync-interval` says otherwise ([`Context::with_resync`]).
 pub const RESYNC: Duration = Duration::from_secs(10 * 60);
 pub use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
 
@@ -79,6 +80,8 @@ pub struct Context {
     pub recorder: Option<kube::runtime::events::Recorder>,
     /// Who the tenant of a namespace is, for what a CDTarget may hand its agents ([`borrowed`]).
     pub tenants: Tenants,
+    /// When a CDTarget whose children are in place is checked again ([`RESYNC`] by default).
+    pub resync: Duration,
 }
 
 impl Context {
@@ -94,7 +97,14 @@ impl Context {
             keda: Keda::new(false),
             recorder: None,
             tenants: Tenants::default(),
+            resync: RESYNC,
         }
+    }
+
+    /// Checks a CDTarget whose children are in place again every `resync`.
+    pub fn with_resync(mut self, resync: Duration) -> Self {
+        self.resync = resync;
+        self
     }
 
     /// Reads the policy from `policy`.
@@ -209,7 +219,8 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
 
 async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
     let observed = observe::observe(&target, &namespace, &ctx).await?;
-    let plan = plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.installed(), &observed.refused);
+    let plan =
+        plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.installed(), &observed.refused, ctx.resync);
 
     let result = match &plan.children {
         Some(children) => execute::write_children(&ctx.writer, &namespace, &target, children).await,

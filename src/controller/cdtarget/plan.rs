@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use super::borrowed::{self, Refusal};
 use super::{
     REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY, REASON_INVALID_SPEC,
-    REASON_KEDA_NOT_INSTALLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND, RESYNC, STALLED_RESYNC, WAIT_RETRY,
+    REASON_KEDA_NOT_INSTALLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND, STALLED_RESYNC, WAIT_RETRY,
 };
 use crate::api::{CDTarget, RenderedSummary};
 use crate::controller::conditions::Health;
@@ -39,13 +39,15 @@ pub struct Plan {
 /// Secrets as read, whether KEDA is installed, and the referenced objects the agents may not be
 /// given ([`borrowed::refusals`]). Order: the admin's policy, then the tenant's spec, then the
 /// refused references (all three need a human, so they are reported before waiting for a
-/// Secret), then the Secrets.
+/// Secret), then the Secrets. A CDTarget whose children are planned comes back after `resync`
+/// (`--cdtarget-resync-interval`, [`super::RESYNC`] by default).
 pub fn plan(
     target: &CDTarget,
     policy: &Result<Policy, Vec<Problem>>,
     secrets: &SecretsRead,
     keda: bool,
     refused: &[Refusal],
+    resync: Duration,
 ) -> Plan {
     let previous = target.status.as_ref().and_then(|s| s.rendered.clone());
     let keep = |health: Health, requeue: Duration| Plan { health, children: None, rendered: previous.clone(), requeue };
@@ -103,7 +105,7 @@ pub fn plan(
             ),
         }
     };
-    Plan { health, children: Some(children), rendered: Some(rendered), requeue: RESYNC }
+    Plan { health, children: Some(children), rendered: Some(rendered), requeue: resync }
 }
 
 /// Digests of the referenced Secrets, or why the agents cannot start yet. Never mentions a
@@ -149,6 +151,7 @@ fn list(problems: &[Problem]) -> String {
 #[cfg(test)]
 mod tests {
     use crate::api::CDTargetStatus;
+    use crate::controller::cdtarget::RESYNC;
 
     use super::*;
 
@@ -175,7 +178,7 @@ mod tests {
             .with_image_pull_secret("pull")
             .with_env(crate::fixtures::env_from_secret("DB", "db", "password"));
         let digest = |secrets: &SecretsRead| {
-            let plan = plan(&target, &Ok(Policy::default()), secrets, true, &[]);
+            let plan = plan(&target, &Ok(Policy::default()), secrets, true, &[], RESYNC);
             assert!(plan.children.is_some(), "{:?}", plan.health);
             plan.rendered.and_then(|r| r.secrets_digest).expect("a digest")
         };
@@ -198,7 +201,7 @@ mod tests {
 
     #[test]
     fn invalid_spec_is_reported_before_a_missing_secret_and_applies_nothing() {
-        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), true, &[]);
+        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), true, &[], RESYNC);
         assert!(
             matches!(&plan.health, Health::Stalled { reason, message } if reason == REASON_INVALID_SPEC && message.starts_with("spec.ip[0]: "))
         );
@@ -207,14 +210,22 @@ mod tests {
 
     #[test]
     fn empty_token_waits_without_revealing_secret_content() {
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), true, &[]);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), true, &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_SECRET_NOT_FOUND);
         assert_eq!((plan.children, plan.requeue), (None, WAIT_RETRY));
     }
 
     #[test]
+    fn a_cdtarget_in_place_comes_back_at_the_configured_resync() {
+        let every = Duration::from_secs(7);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), true, &[], every);
+        assert!(plan.children.is_some(), "{:?}", plan.health);
+        assert_eq!(plan.requeue, every);
+    }
+
+    #[test]
     fn without_keda_no_autoscaler_is_planned() {
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false, &[]);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false, &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_KEDA_NOT_INSTALLED);
         let children = plan.children.expect("children");
         assert!(children.scaled_object.is_none() && children.trigger_authentication.is_none());
@@ -226,7 +237,7 @@ mod tests {
         let previous = RenderedSummary { deployment: "agents".into(), ..RenderedSummary::default() };
         target.status = Some(CDTargetStatus { rendered: Some(previous.clone()), ..CDTargetStatus::default() });
         let problems = Err(vec![Problem::field("data.ports", "bad")]);
-        let plan = plan(&target, &problems, &token("pat"), true, &[]);
+        let plan = plan(&target, &problems, &token("pat"), true, &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_INVALID_POLICY);
         assert_eq!(plan.rendered, Some(previous));
     }
@@ -240,7 +251,7 @@ mod tests {
             name: "builder-token".into(),
             why: borrowed::Why::ServiceAccountToken,
         }];
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &SecretsRead::new(), true, &refused);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &SecretsRead::new(), true, &refused, RESYNC);
         assert_eq!(
             (reason(&plan.health), plan.children, plan.requeue),
             (REASON_SECRET_NOT_ALLOWED, None, STALLED_RESYNC)

@@ -51,11 +51,14 @@ pub struct Settings {
     pub recheck_keda: bool,
     /// `--default-tenant-service-account`.
     pub default_tenant_service_account: Option<String>,
+    /// `--cdtarget-resync-interval`: when a CDTarget whose children are in place is checked again.
+    pub cdtarget_resync: std::time::Duration,
 }
 
 impl Settings {
     /// Settings for the platform namespace `namespace` and policy ConfigMap `policy_name`:
-    /// reconcile concurrency 8, KEDA installed and not re-checked, no default tenant.
+    /// reconcile concurrency 8, KEDA installed and not re-checked, no default tenant, CDTargets
+    /// resynced every [`cdtarget::RESYNC`].
     pub fn new(namespace: &str, policy_name: &str) -> Self {
         Settings {
             namespace: namespace.to_owned(),
@@ -64,6 +67,7 @@ impl Settings {
             keda: true,
             recheck_keda: false,
             default_tenant_service_account: None,
+            cdtarget_resync: cdtarget::RESYNC,
         }
     }
 }
@@ -169,7 +173,8 @@ impl Builder {
             .with_policy(policy)
             .with_writer(writer)
             .with_keda(keda)
-            .with_tenants(cdtarget::Tenants::new(settings.default_tenant_service_account.clone()));
+            .with_tenants(cdtarget::Tenants::new(settings.default_tenant_service_account.clone()))
+            .with_resync(settings.cdtarget_resync);
         if let Some(settings) = gitlab {
             repo_ctx = repo_ctx.with_gitlab(settings);
         } else {

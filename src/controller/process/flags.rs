@@ -2,6 +2,7 @@
 //! GitLab settings, the receiver's limits and the shard selector.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use kube::runtime::watcher;
 
@@ -31,6 +32,13 @@ pub struct Args {
     /// Most reconciles running at once, per kind (0: unbounded).
     #[arg(long, env = "CDTARGET_RECONCILE_CONCURRENCY", default_value_t = 8, value_name = "N")]
     pub reconcile_concurrency: u16,
+    /// How often a CDTarget whose children are in place is checked again, as a duration (`10m`,
+    /// `90s`, `1h30m`): drift of a child the watches missed, RBAC changes and new registrations
+    /// (neither is watched) are picked up at this pace. Each check reads the children and asks
+    /// one SubjectAccessReview per referenced Secret or ConfigMap and tenant identity.
+    #[arg(long, env = "CDTARGET_RESYNC_INTERVAL", default_value = "10m", value_name = "DURATION",
+          value_parser = parse_interval)]
+    pub cdtarget_resync_interval: Duration,
     /// Upper bound on one Git fetch, in seconds; a socket silent for this long is cut too.
     #[arg(long, env = "CDTARGET_GIT_TIMEOUT", default_value_t = 60, value_name = "SECONDS")]
     pub git_timeout: u64,
@@ -47,8 +55,8 @@ pub struct Args {
     #[arg(long, env = "CDTARGET_GIT_MAX_CACHE_BYTES", default_value_t = source::Limits::default().max_cache_bytes, value_name = "BYTES")]
     pub git_max_cache_bytes: u64,
     /// Label selector for sharding: only TenantRepositories and CDTargets matching it are
-    /// reconciled by this replica (e.g. `cdtarget.io/shard=a`). Give each shard its own
-    /// `--lease-name`.
+    /// reconciled by this replica (e.g. `example.com/shard=a`: tenant documents may not carry
+    /// `cdtarget.io/` labels). Give each shard its own `--lease-name`.
     #[arg(long, env = "CDTARGET_SHARD_SELECTOR", value_name = "SELECTOR")]
     pub shard_selector: Option<String>,
     /// Elect a leader on a coordination.k8s.io Lease so that only one replica reconciles;
@@ -112,6 +120,13 @@ pub struct Args {
     /// at this URL + `/hook/<digest>`.
     #[arg(long, env = "CDTARGET_WEBHOOK_EXTERNAL_URL", value_name = "URL")]
     pub webhook_external_url: Option<String>,
+}
+
+/// A positive Go-style duration (`10m`, `90s`, `1h30m`), as `spec.interval` is written.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    source::registration::parse_go_duration(text)
+        .filter(|interval| !interval.is_zero())
+        .ok_or_else(|| format!("`{text}` is not a positive duration such as `90s`, `10m` or `1h30m`"))
 }
 
 /// The GitLab settings from the flags: `None` without `--gitlab-url`; every companion flag is
@@ -238,6 +253,24 @@ mod tests {
         assert_eq!(settings.webhook_external_url, "https://cd.example.com/");
         assert!(settings.known_hosts.starts_with("gitlab.example.com"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_cdtarget_resync_interval_is_a_positive_duration_ten_minutes_by_default() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |extra: &[&str]| Cli::try_parse_from([&["cdtarget"], extra].concat()).map(|cli| cli.args);
+        assert_eq!(parse(&[]).unwrap().cdtarget_resync_interval, Duration::from_secs(600));
+        let given = parse(&["--cdtarget-resync-interval", "1m30s"]).unwrap();
+        assert_eq!(given.cdtarget_resync_interval, Duration::from_secs(90));
+        for refused in ["0s", "10", "soon"] {
+            let error = parse(&["--cdtarget-resync-interval", refused]).expect_err(refused).to_string();
+            assert!(error.contains("not a positive duration"), "{error}");
+        }
     }
 
     #[test]

@@ -255,6 +255,7 @@ async fn reconcile_until_stopped(
         keda,
         recheck_keda: true,
         default_tenant_service_account: args.default_tenant_service_account.clone(),
+        cdtarget_resync: args.cdtarget_resync_interval,
     };
     let shard = shard_config(args.shard_selector.as_deref());
     let sources = Sources::watches(&client, &args.namespace, &args.policy_configmap, shard, keda);
