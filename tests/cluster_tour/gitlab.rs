@@ -21,7 +21,8 @@ async fn assert_registered(registered: &GitLabTenant, external_url: &str) {
     let gitlab = fake_gitlab();
     let secrets: Api<Secret> = Api::namespaced(tenant.cluster.admin_client().await, PLATFORM_NAMESPACE);
     let pair = secrets.get(key_secret).await.expect("the generated key pair Secret");
-    let public = pair.data.as_ref().and_then(|d| d.get("identity.pub")).map(|v| String::from_utf8_lossy(&v.0).into_owned());
+    let public =
+        pair.data.as_ref().and_then(|d| d.get("identity.pub")).map(|v| String::from_utf8_lossy(&v.0).into_owned());
     let keys = gitlab.deploy_keys(*project);
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert_eq!(Some(keys[0].fingerprint.clone()), public.as_deref().and_then(fingerprint), "{keys:?}");
@@ -93,20 +94,16 @@ async fn a_gitlab_registration_deleted_while_gitlab_is_down_keeps_its_finalizer_
             r.metadata.deletion_timestamp.is_some()
                 && r.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
                 && r.status.as_ref().is_some_and(|s| {
-                    s.conditions.iter().any(|c| {
-                        c.type_ == CONDITION_TYPE && c.status == "False" && c.reason == REASON_CLEANUP_PENDING
-                    })
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == CONDITION_TYPE && c.status == "False" && c.reason == REASON_CLEANUP_PENDING)
                 })
         })
     };
-    let held = tenant.registration_until("GitLabSynced=False/CleanupPending, finalizer kept", pending, &controller.log).await;
-    let condition = held
-        .status
-        .expect("status")
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == CONDITION_TYPE)
-        .expect("GitLabSynced");
+    let held =
+        tenant.registration_until("GitLabSynced=False/CleanupPending, finalizer kept", pending, &controller.log).await;
+    let condition =
+        held.status.expect("status").conditions.into_iter().find(|c| c.type_ == CONDITION_TYPE).expect("GitLabSynced");
     // The message says why (GitLab unavailable, the finalizer stays, the escape hatch) and
     // carries neither the bot token nor the webhook token.
     for expected in ["GitLabUnavailable", FINALIZER, "stays", "cdtarget.io/skip-gitlab-cleanup"] {

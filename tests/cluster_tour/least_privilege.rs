@@ -98,11 +98,12 @@ fn strings(value: &Value) -> Vec<String> {
 fn granted() -> Vec<Grant> {
     let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml")).expect("rbac.yaml");
     let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("deploy/rbac.yaml is YAML");
-    let is_ours = |subjects: &Value| {
-        subjects.as_array().into_iter().flatten().any(|s| {
-            s["kind"] == "ServiceAccount" && s["name"] == "cdtarget" && s["namespace"] == PLATFORM_NAMESPACE
-        })
-    };
+    let is_ours =
+        |subjects: &Value| {
+            subjects.as_array().into_iter().flatten().any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == "cdtarget" && s["namespace"] == PLATFORM_NAMESPACE
+            })
+        };
     // (kind of role, role name, namespace of the binding) bound to the ServiceAccount.
     let bound: BTreeSet<(String, String, String)> = documents
         .iter()
@@ -110,7 +111,11 @@ fn granted() -> Vec<Grant> {
         .map(|d| {
             let role = &d["roleRef"];
             let namespace = d["metadata"]["namespace"].as_str().unwrap_or_default();
-            (role["kind"].as_str().unwrap_or_default().to_owned(), role["name"].as_str().unwrap_or_default().to_owned(), namespace.to_owned())
+            (
+                role["kind"].as_str().unwrap_or_default().to_owned(),
+                role["name"].as_str().unwrap_or_default().to_owned(),
+                namespace.to_owned(),
+            )
         })
         .collect();
     let mut grants = Vec::new();
@@ -122,7 +127,9 @@ fn granted() -> Vec<Grant> {
         };
         let namespace = document["metadata"]["namespace"].as_str().unwrap_or_default();
         let scope = match kind {
-            "ClusterRole" if bound.contains(&("ClusterRole".to_owned(), name.to_owned(), String::new())) => Scope::Cluster,
+            "ClusterRole" if bound.contains(&("ClusterRole".to_owned(), name.to_owned(), String::new())) => {
+                Scope::Cluster
+            }
             "Role" if bound.contains(&("Role".to_owned(), name.to_owned(), namespace.to_owned())) => {
                 Scope::Namespace(namespace.to_owned())
             }
@@ -159,7 +166,13 @@ fn used(events: &[AuditEvent]) -> (Vec<Use>, BTreeSet<String>) {
             let account = acting.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':'));
             let (namespace, name) = account.unwrap_or_else(|| panic!("impersonated a non-ServiceAccount: {acting}"));
             let verb = "impersonate".to_owned();
-            uses.push(Use { group: String::new(), resource: "serviceaccounts".into(), verb, namespace: namespace.into(), name: name.into() });
+            uses.push(Use {
+                group: String::new(),
+                resource: "serviceaccounts".into(),
+                verb,
+                namespace: namespace.into(),
+                name: name.into(),
+            });
             continue;
         }
         if event.resource.is_empty() {
@@ -198,7 +211,9 @@ fn scope_of(namespace: &str) -> &'static str {
 
 /// The table of (resource, verb): where it is granted, how often and where it was used.
 fn table(grants: &[Grant], uses: &[Use]) -> String {
-    let mut rows: BTreeMap<(String, String), (BTreeSet<String>, BTreeMap<&'static str, usize>)> = BTreeMap::new();
+    // (resource, verb) → (granted by, requests by scope).
+    type Row = (BTreeSet<String>, BTreeMap<&'static str, usize>);
+    let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
     for grant in grants {
         let by = match &grant.scope {
             Scope::Cluster => "ClusterRole".to_owned(),
@@ -213,7 +228,9 @@ fn table(grants: &[Grant], uses: &[Use]) -> String {
     let mut text = format!("{:<44} {:<12} {:<28} {}\n", "resource", "verb", "granted by", "used (requests by scope)");
     for ((resource, verb), (by, scopes)) in rows {
         let by = if by.is_empty() { "NOT GRANTED".to_owned() } else { by.into_iter().collect::<Vec<_>>().join(", ") };
-        let exempt = NOT_VISIBLE_AS_REQUESTS.iter().any(|(group, plural, v, _)| qualified(group, plural) == resource && *v == verb);
+        let exempt = NOT_VISIBLE_AS_REQUESTS
+            .iter()
+            .any(|(group, plural, v, _)| qualified(group, plural) == resource && *v == verb);
         let used = if scopes.is_empty() && exempt {
             "no request shows it (exempt: admission checks it inside a create)".to_owned()
         } else if scopes.is_empty() {
@@ -251,8 +268,11 @@ fn secrets_digest(deployment: &Deployment) -> Option<String> {
 async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourController) {
     let log = controller.log.as_path();
     let webhook = WebhookSecret::create(cluster);
-    let tenant =
-        Tenant::onboard_with(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)], &webhook.spec());
+    let tenant = Tenant::onboard_with(
+        cluster,
+        &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)],
+        &webhook.spec(),
+    );
 
     // The first apply: the tenant's objects and the four children (KEDA's CRDs are installed).
     tenant.until::<ConfigMap, _>("the tenant's ConfigMap", "pipeline-settings", exists, log).await;
@@ -267,9 +287,11 @@ async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourContr
 
     // A push announced by GitLab's webhook.
     let path = tenant
-        .registration_until("status.webhookPath", |r: Option<&TenantRepository>| {
-            r.and_then(|r| r.status.as_ref()).is_some_and(|s| s.webhook_path.is_some())
-        }, log)
+        .registration_until(
+            "status.webhookPath",
+            |r: Option<&TenantRepository>| r.and_then(|r| r.status.as_ref()).is_some_and(|s| s.webhook_path.is_some()),
+            log,
+        )
         .await
         .status
         .and_then(|s| s.webhook_path)
@@ -287,7 +309,9 @@ async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourContr
     let policies: Api<NetworkPolicy> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
     let rendered = policies.get("deploy-agents").await.expect("the NetworkPolicy").spec;
     let patch = r#"{"spec":{"egress":[]}}"#;
-    cluster.kubectl(&["patch", "networkpolicy", "deploy-agents", "-n", &tenant.ns, "--type=merge", "-p", patch]).success();
+    cluster
+        .kubectl(&["patch", "networkpolicy", "deploy-agents", "-n", &tenant.ns, "--type=merge", "-p", patch])
+        .success();
     let restored = move |object: Option<&NetworkPolicy>| object.is_some_and(|policy| policy.spec == rendered);
     tenant.until::<NetworkPolicy, _>("the NetworkPolicy repaired", "deploy-agents", restored, log).await;
 
@@ -310,8 +334,7 @@ async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourContr
 
     // The CDTarget removed from Git and pruned (announced by another delivery); its children go
     // through the garbage collector.
-    tenant.repo.remove_file("deploy/agents.yaml", "agents go");
-    let pruned = tenant.repo.head("main").expect("a head");
+    let pruned = tenant.repo.remove_file("deploy/agents.yaml", "agents go");
     tenant.repo.push("main");
     let deliveries = gitlab.emit_push(project, &Push::branch("main", &pruned)).await;
     assert_eq!(deliveries.iter().map(|d| d.status).collect::<Vec<_>>(), [Some(202)], "{deliveries:#?}");
@@ -332,26 +355,29 @@ async fn tour_of_a_gitlab_registration(cluster: &'static ControlPlane, controlle
     let annotation = format!("{ROTATE_ANNOTATION}=tour");
     cluster.kubectl(&["annotate", "-n", PLATFORM_NAMESPACE, "tenantrepository", &tenant.ns, &annotation]).success();
     let rotated = |secret: Option<&Secret>| {
-        secret.is_some_and(|s| s.metadata.annotations.iter().flatten().any(|(k, v)| k == ROTATED_ANNOTATION && v == "tour"))
+        secret.is_some_and(|s| {
+            s.metadata.annotations.iter().flatten().any(|(k, v)| k == ROTATED_ANNOTATION && v == "tour")
+        })
     };
     let outcome = tokio::time::timeout(CONVERGE, await_condition(secrets.clone(), &key_secret, rotated)).await;
     assert!(matches!(outcome, Ok(Ok(_))), "the deploy key not rotated: {outcome:?}{}", tenant.diagnostics(log));
     let pair = secrets.get(&key_secret).await.expect("the key pair Secret");
     let public = pair.data.and_then(|d| d.get("identity.pub").map(|v| String::from_utf8_lossy(&v.0).into_owned()));
     let new_key = public.as_deref().and_then(fingerprint).expect("the new key's fingerprint");
-    // The next sync removes the old key; "reconcile now" rather than the interval.
-    tenant.request_reconcile("after-rotation");
-    let only_new = || {
-        let keys = fake_gitlab().deploy_keys(project);
-        keys.len() == 1 && keys[0].fingerprint == new_key
+    // The sync that follows the rotation in the same reconcile removes the old key; its status
+    // write, at the end of that reconcile, records the new key's id.
+    let new_id = fake_gitlab()
+        .deploy_keys(project)
+        .iter()
+        .find(|k| k.fingerprint == new_key)
+        .map(|k| k.id)
+        .expect("the new key on the project");
+    let recorded = move |r: Option<&TenantRepository>| {
+        r.and_then(|r| r.status.as_ref()?.gitlab.as_ref()?.deploy_key_id) == Some(new_id)
     };
-    let synced_again = |r: Option<&TenantRepository>| {
-        r.and_then(|r| r.status.as_ref()).is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "GitLabSynced" && c.message.contains("no change")))
-    };
-    if !only_new() {
-        tenant.registration_until("a sync with nothing left to change", synced_again, log).await;
-    }
-    assert!(only_new(), "after the rotation: {:?}", fake_gitlab().deploy_keys(project));
+    tenant.registration_until("status.gitlab.deployKeyId = the new key", recorded, log).await;
+    let keys = fake_gitlab().deploy_keys(project);
+    assert!(keys.len() == 1 && keys[0].id == new_id, "after the rotation: {keys:?}");
 
     delete_registration(cluster, &tenant.ns);
     until_registration_gone(&tenant, log).await;
@@ -397,7 +423,10 @@ async fn a_full_tour_uses_every_grant_of_deploy_rbac_and_needs_no_other() {
         .filter(|u| u.verb == "impersonate")
         .map(|u| format!("system:serviceaccount:{}:{}", u.namespace, u.name))
         .collect();
-    report(&format!("impersonated (impersonate serviceaccounts): {}", impersonated.into_iter().collect::<Vec<_>>().join(" ")));
+    report(&format!(
+        "impersonated (impersonate serviceaccounts): {}",
+        impersonated.into_iter().collect::<Vec<_>>().join(" ")
+    ));
 
     // (a) Every request of the controller's own identity was allowed, and deploy/rbac.yaml is
     // what allowed it.
@@ -416,7 +445,11 @@ async fn a_full_tour_uses_every_grant_of_deploy_rbac_and_needs_no_other() {
 
     // (b) Every grant is used, within its scope; a ClusterRole grant also outside the platform
     // namespace (else it belongs in the Role). Only the grants no request can show are exempt.
-    let exempt = |g: &Grant| NOT_VISIBLE_AS_REQUESTS.iter().any(|(group, resource, verb, _)| g.group == *group && g.resource == *resource && g.verb == *verb);
+    let exempt = |g: &Grant| {
+        NOT_VISIBLE_AS_REQUESTS
+            .iter()
+            .any(|(group, resource, verb, _)| g.group == *group && g.resource == *resource && g.verb == *verb)
+    };
     let unused: Vec<String> = grants
         .iter()
         .filter(|g| !exempt(g))
@@ -456,7 +489,9 @@ async fn owner_references_that_block_deletion_need_update_on_the_owners_finalize
         path
     };
     let policy = |block| {
-        let head = format!("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: probe\n  namespace: {ns}\n");
+        let head = format!(
+            "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: probe\n  namespace: {ns}\n"
+        );
         let object = owned_object(&head, "cdtarget.io/v1alpha1", "CDTarget", "deploy-agents", block);
         format!("{object}spec:\n  podSelector: {{}}\n  policyTypes: [Egress]\n")
     };
@@ -464,20 +499,34 @@ async fn owner_references_that_block_deletion_need_update_on_the_owners_finalize
     let plain = write("plain.yaml", policy(false));
     let secret_head =
         format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: probe-key\n  namespace: {PLATFORM_NAMESPACE}\n");
-    let key_pair = write("key-pair.yaml", owned_object(&secret_head, "cdtarget.io/v1alpha1", "TenantRepository", "app", true));
+    let key_pair =
+        write("key-pair.yaml", owned_object(&secret_head, "cdtarget.io/v1alpha1", "TenantRepository", "app", true));
 
     // Someone who may create NetworkPolicies there and has no right on CDTargets.
     cluster.kubectl(&["create", "serviceaccount", "writer", "-n", &ns]).success();
     let role = ["create", "role", "writer", "-n", &ns, "--verb=create", "--resource=networkpolicies.networking.k8s.io"];
     cluster.kubectl(&role).success();
-    cluster.kubectl(&["create", "rolebinding", "writer", "-n", &ns, "--role=writer", &format!("--serviceaccount={ns}:writer")]).success();
+    cluster
+        .kubectl(&[
+            "create",
+            "rolebinding",
+            "writer",
+            "-n",
+            &ns,
+            "--role=writer",
+            &format!("--serviceaccount={ns}:writer"),
+        ])
+        .success();
     let writer = format!("--as=system:serviceaccount:{ns}:writer");
     let controller = format!("--as={CONTROLLER_USER}");
-    let create = |file: &Path, as_user: &str| cluster.kubectl(&["create", "--dry-run=server", "-f", path_str(file), as_user]);
+    let create =
+        |file: &Path, as_user: &str| cluster.kubectl(&["create", "--dry-run=server", "-f", path_str(file), as_user]);
 
     let refused = create(&blocking, &writer).failure();
     assert!(
-        refused.contains("cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"),
+        refused.contains(
+            "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on"
+        ),
         "{refused}"
     );
     create(&plain, &writer).success();

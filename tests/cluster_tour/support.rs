@@ -188,7 +188,9 @@ pub struct GitLabTenant {
 pub fn gitlab_synced(registration: Option<&TenantRepository>) -> bool {
     registration.is_some_and(|r| {
         r.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
-            && r.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CONDITION_TYPE && c.status == "True"))
+            && r.status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CONDITION_TYPE && c.status == "True"))
     })
 }
 
@@ -204,7 +206,8 @@ pub async fn onboard_gitlab(
     let project = fake_gitlab().add_project(&project_path);
     let webhook = WebhookSecret::create(cluster);
     let key_secret = format!("tour-deploy-key-{n}");
-    let extra = format!("  secretRef:\n    name: {key_secret}\n{}  gitlab:\n    project: {project_path}\n", webhook.spec());
+    let extra =
+        format!("  secretRef:\n    name: {key_secret}\n{}  gitlab:\n    project: {project_path}\n", webhook.spec());
     let tenant = Tenant::onboard_with(cluster, files, &extra);
     tenant.registration_until("GitLabSynced=True with the finalizer", gitlab_synced, &controller.log).await;
     GitLabTenant { tenant, project, webhook, key_secret }
@@ -212,9 +215,7 @@ pub async fn onboard_gitlab(
 
 /// `kubectl delete tenantrepository`, without waiting for the finalizers.
 pub fn delete_registration(cluster: &ControlPlane, name: &str) {
-    cluster
-        .kubectl(&["delete", "tenantrepository", name, "-n", PLATFORM_NAMESPACE, "--wait=false"])
-        .success();
+    cluster.kubectl(&["delete", "tenantrepository", name, "-n", PLATFORM_NAMESPACE, "--wait=false"]).success();
 }
 
 /// Waits (at most [`CONVERGE`]) until the registration `tenant.ns` is gone.

@@ -15,7 +15,9 @@ use crate::support::{self, WebhookSecret, fake_gitlab, report, until_served};
 /// A condition: `pipeline-settings` holds `RETRIES: <retries>`.
 pub fn retries(value: &'static str) -> impl Fn(Option<&ConfigMap>) -> bool {
     move |object| {
-        object.and_then(|map| map.data.as_ref()).is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some(value))
+        object
+            .and_then(|map| map.data.as_ref())
+            .is_some_and(|data| data.get("RETRIES").map(String::as_str) == Some(value))
     }
 }
 

@@ -82,7 +82,9 @@ impl ControlPlane {
     /// [`ControlPlane::shared`] started with `options`; every caller in a test binary must pass
     /// the same options (a binary has one control plane).
     pub fn shared_with(options: &Options) -> Result<&'static ControlPlane, HarnessError> {
-        static SHARED: OnceLock<(Options, Result<ControlPlane, (bool, String)>)> = OnceLock::new();
+        // The options it was started with, and the control plane or (unavailable?, why) not.
+        type Started = (Options, Result<ControlPlane, (bool, String)>);
+        static SHARED: OnceLock<Started> = OnceLock::new();
         let (started_with, started) = SHARED.get_or_init(|| {
             let started = ControlPlane::start_with(options);
             if let Ok(cluster) = &started {
