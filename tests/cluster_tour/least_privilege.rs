@@ -400,15 +400,17 @@ async fn a_full_tour_uses_every_grant_of_deploy_rbac_and_needs_no_other() {
     let holder = lease.spec.and_then(|spec| spec.holder_identity);
     assert_eq!(holder.as_deref(), Some(controller.identity.as_str()));
 
-    // The whole audit log, once the last write of the tour (the finalizer's release) is in it.
+    // The whole audit log, once the last write of the tour is in it: the finalizer's release,
+    // the second patch of that registration (the first added the finalizer).
     let events = cluster.audit_requests_until(AuditMark::START, "the finalizer's release", |events| {
-        events.iter().any(|e| {
+        let patches = events.iter().filter(|e| {
             e.user == CONTROLLER_USER
                 && e.verb == "patch"
-                && e.resource == "tenantrepositories"
+                && e.full_resource() == "tenantrepositories"
                 && e.name == gitlab_registration
                 && e.code == 200
-        })
+        });
+        patches.count() >= 2
     });
     let grants = granted();
     let (uses, non_resource) = used(&events);
