@@ -30,15 +30,17 @@ pub enum LogFormat {
 }
 
 /// Installs the global tracing subscriber ([`subscriber`] writing to stderr). `filter` is an
-/// `EnvFilter` directive such as `info` or `info,cdtarget=debug`.
+/// `EnvFilter` directive such as `info` or `info,cdtarget=debug`. Text lines are coloured only
+/// when stderr is a terminal.
 pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
-    let subscriber = subscriber(format, filter, std::io::stderr)?;
+    use std::io::IsTerminal as _;
+    let subscriber = build(format, filter, std::io::stderr, std::io::stderr().is_terminal())?;
     tracing::subscriber::set_global_default(subscriber).map_err(|e| format!("installing the logger: {e}"))
 }
 
-/// The subscriber of `cdtarget controller`: lines in `format` written by `writer`. In JSON each
-/// line carries the current span (`span`) and every span it runs in (`spans`): a reconcile's
-/// kind, namespace, object and revision, and its step.
+/// The subscriber of `cdtarget controller`: lines in `format` written by `writer`, without
+/// terminal colour codes. In JSON each line carries the current span (`span`) and every span it
+/// runs in (`spans`): a reconcile's kind, namespace, object and revision, and its step.
 pub fn subscriber<W>(
     format: LogFormat,
     filter: &str,
@@ -47,8 +49,22 @@ pub fn subscriber<W>(
 where
     W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
 {
+    build(format, filter, writer, false)
+}
+
+fn build<W>(
+    format: LogFormat,
+    filter: &str,
+    writer: W,
+    ansi: bool,
+) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String>
+where
+    W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("--log-level `{filter}`: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // Colour codes only for a person at a terminal: in a file or a container's log they would
+    // split `key=value` fields and defeat grep and log collectors.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
     Ok(match format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => {
@@ -358,6 +374,31 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_logs_written_elsewhere_than_a_terminal_carry_no_colour_codes() {
+        let lines = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let sink = lines.clone();
+        let writer = move || Sink(sink.clone());
+        let subscriber = subscriber(LogFormat::Text, "info", writer).expect("subscriber");
+        let address: SocketAddr = "127.0.0.1:9292".parse().unwrap();
+        tracing::subscriber::with_default(subscriber, || tracing::info!(%address, "serving"));
+        let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("address=127.0.0.1:9292") && !text.contains('\u{1b}'), "{text:?}");
+    }
+
+    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 
     #[test]
     fn listen_addresses_accept_a_bare_port() {

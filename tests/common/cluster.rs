@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::wait::{Condition, await_condition};
 
-use super::control_plane::{AuditMark, kill_at_exit, until_appended};
+use super::control_plane::{AuditMark, Options, kill_at_exit, until_appended};
 use super::process::find_on_path;
 use super::{
     AuditEvent, ControlPlane, GitDaemon, HarnessError, TestDir, Upstream, UpstreamRepo, skip_or_fail, test_dir,
@@ -59,10 +59,16 @@ pub struct Installed {
 /// The shared control plane with cdtarget and KEDA's CRDs installed and established, or `None`
 /// after a SKIP line (no Go, no kubectl, no KEDA contracts) when not under `CI`.
 pub fn installed_cluster(test: &str) -> Option<(&'static ControlPlane, &'static Installed)> {
+    installed_cluster_with(test, &Options::default())
+}
+
+/// [`installed_cluster`] on a control plane started with `options` (the same in every test of
+/// the binary).
+pub fn installed_cluster_with(test: &str, options: &Options) -> Option<(&'static ControlPlane, &'static Installed)> {
     if find_on_path("kubectl").is_none() {
         skip_or_fail::<()>(test, Err(HarnessError::Unavailable("kubectl is not installed".into())))?;
     }
-    let cluster = skip_or_fail(test, ControlPlane::shared())?;
+    let cluster = skip_or_fail(test, ControlPlane::shared_with(options))?;
     let keda = keda_crds_dir();
     if !keda.is_dir() {
         skip_or_fail::<()>(test, Err(HarnessError::Unavailable(format!("KEDA's CRDs are not at {}", keda.display()))))?;

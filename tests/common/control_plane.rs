@@ -19,9 +19,9 @@
 //! * **Certificates** come from the `openssl` command line (rcgen is not among the crate's
 //!   dependencies): one CA that signs the apiserver's serving certificate (127.0.0.1) and the admin
 //!   client certificate (`O=system:masters`); an EC P-256 key signs ServiceAccount tokens.
-//! * **kube-apiserver** runs with RBAC authorization, the default admission plugins, and an audit
-//!   policy at level `Metadata` for every request, logged as JSON lines to a file
-//!   ([`ControlPlane::audit_events`]).
+//! * **kube-apiserver** runs with RBAC authorization, the default admission plugins (more with
+//!   [`Options::admission_plugins`]), and an audit policy at level `Metadata` for every request,
+//!   logged as JSON lines to a file ([`ControlPlane::audit_events`]).
 //! * **kube-controller-manager** runs the garbage collector, namespace deletion, ServiceAccount
 //!   and ServiceAccount-token controllers (no scheduler, no kubelet: pods stay Pending).
 //! * Every port is picked by the OS; everything lives in one temporary directory; the processes
@@ -54,6 +54,14 @@ const READY_DEADLINE: Duration = Duration::from_secs(120);
 /// The ServiceAccount issuer and audience of the built control plane.
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
+/// How a control plane differs from the default one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Admission plugins enabled in addition to kube-apiserver's default set (e.g.
+    /// `OwnerReferencesPermissionEnforcement`, which hardened clusters and OpenShift turn on).
+    pub admission_plugins: Vec<String>,
+}
+
 /// A running control plane (see the module documentation).
 pub struct ControlPlane {
     dir: tempfile::TempDir,
@@ -82,23 +90,39 @@ impl ControlPlane {
     /// binary built first when it is not in the cache). Tests give themselves their own
     /// namespaces. Killed when the test process exits.
     pub fn shared() -> Result<&'static ControlPlane, HarnessError> {
-        static SHARED: OnceLock<Result<ControlPlane, (bool, String)>> = OnceLock::new();
-        let started = SHARED.get_or_init(|| {
+        ControlPlane::shared_with(&Options::default())
+    }
+
+    /// [`ControlPlane::shared`] started with `options`; every caller in a test binary must pass
+    /// the same options (a binary has one control plane). With `CDTARGET_TEST_KUBECONFIG` set it
+    /// is that existing cluster ([`ControlPlane::external`]), which is taken as it is: options
+    /// other than the defaults make it unavailable (a SKIP line, or a failure under `CI`).
+    pub fn shared_with(options: &Options) -> Result<&'static ControlPlane, HarnessError> {
+        // The options it was started with, and the control plane or (unavailable?, why) not.
+        type Started = (Options, Result<ControlPlane, (bool, String)>);
+        static SHARED: OnceLock<Started> = OnceLock::new();
+        let (started_with, started) = SHARED.get_or_init(|| {
             let started = match std::env::var_os(EXTERNAL_KUBECONFIG) {
+                Some(_) if *options != Options::default() => Err(HarnessError::Unavailable(format!(
+                    "this binary needs kube-apiserver started with {options:?}; an existing cluster \
+                     ({EXTERNAL_KUBECONFIG}) is used as it is"
+                ))),
                 Some(kubeconfig) => ControlPlane::external(
                     Path::new(&kubeconfig),
                     std::env::var_os(EXTERNAL_AUDIT_LOG).map(PathBuf::from),
                 ),
-                None => ControlPlane::start(),
+                None => ControlPlane::start_with(options),
             };
             if let Ok(cluster) = &started {
                 kill_at_exit(cluster.pids().into_iter().rev().collect(), Some(cluster.dir().to_path_buf()));
             }
-            started.map_err(|error| match error {
+            let started = started.map_err(|error| match error {
                 HarnessError::Unavailable(what) => (true, what),
                 HarnessError::Failed(why) => (false, why),
-            })
+            });
+            (options.clone(), started)
         });
+        assert_eq!(started_with, options, "the shared control plane of this binary was started with other options");
         match started {
             Ok(cluster) => Ok(cluster),
             Err((true, what)) => Err(HarnessError::Unavailable(what.clone())),
@@ -108,6 +132,11 @@ impl ControlPlane {
 
     /// Builds the binary if needed and starts a new control plane of its own (killed on drop).
     pub fn start() -> Result<ControlPlane, HarnessError> {
+        ControlPlane::start_with(&Options::default())
+    }
+
+    /// [`ControlPlane::start`] with `options`.
+    pub fn start_with(options: &Options) -> Result<ControlPlane, HarnessError> {
         let binary = binary()?;
         let openssl = find_on_path("openssl").ok_or_else(|| {
             HarnessError::Unavailable("openssl is not installed (certificates of the control plane)".into())
@@ -131,7 +160,7 @@ impl ControlPlane {
 
         let etcd_port = cluster.start_etcd(&binary)?;
         let etcd_ready = started.elapsed();
-        let api_port = cluster.start_apiserver(&binary, etcd_port)?;
+        let api_port = cluster.start_apiserver(&binary, etcd_port, options)?;
         cluster.server = format!("https://127.0.0.1:{api_port}");
         cluster.write_admin_kubeconfig()?;
         cluster.wait_ready()?;
@@ -492,10 +521,10 @@ impl ControlPlane {
         Ok(client)
     }
 
-    fn start_apiserver(&mut self, binary: &Path, etcd_port: u16) -> Result<u16, HarnessError> {
+    fn start_apiserver(&mut self, binary: &Path, etcd_port: u16, options: &Options) -> Result<u16, HarnessError> {
         let port = free_port();
         let dir = self.dir().display().to_string();
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "apiserver".into(),
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
             "--bind-address=127.0.0.1".into(),
@@ -519,6 +548,10 @@ impl ControlPlane {
             "--audit-log-maxbackup=0".into(),
             "--profiling=false".into(),
         ];
+        if !options.admission_plugins.is_empty() {
+            // Enabled on top of the default plugins, which stay on.
+            args.push(format!("--enable-admission-plugins={}", options.admission_plugins.join(",")));
+        }
         self.spawn(binary, "apiserver", &args)?;
         Ok(port)
     }

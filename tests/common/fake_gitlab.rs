@@ -495,6 +495,12 @@ impl FakeGitLab {
         self.state().faults.push(FaultRule { method, route: route.map(str::to_owned), fault, remaining: times });
     }
 
+    /// Drops every injected fault not answered yet (the end of an outage injected with a large
+    /// `times`).
+    pub fn clear_faults(&self) {
+        self.state().faults.clear();
+    }
+
     /// Turns the authenticated API throttle on (or off with `None`). `RateLimit-*` headers are
     /// then sent on every answer, as newer GitLab does.
     pub fn set_rate_limit(&self, limit: Option<RateLimit>) {

@@ -250,8 +250,6 @@ fn controller_rbac_impersonates_only_service_accounts_and_has_no_wildcards() {
             .collect()
     };
     let cluster_rules = cluster_role["rules"].as_array().unwrap();
-    let registration_verbs = verbs_on(cluster_rules, "tenantrepositories");
-    assert!(registration_verbs.iter().any(|v| v == "patch"), "{registration_verbs:?}");
     assert!(!verbs_on(cluster_rules, "cdtargets").iter().any(|v| v == "patch"));
 
     // The binding names the controller's ServiceAccount.
@@ -262,14 +260,17 @@ fn controller_rbac_impersonates_only_service_accounts_and_has_no_wildcards() {
     assert_eq!(subject["namespace"].as_str(), Some("cdtarget-system"));
     find("deploy/serviceaccount.yaml", "ServiceAccount", "cdtarget");
 
-    // Leases and the policy ConfigMap only in the controller's namespace.
+    // Registrations, leases and the policy ConfigMap only in the controller's namespace.
     let role = find("deploy/rbac.yaml", "Role", "cdtarget-controller");
     assert_eq!(role.pointer("/metadata/namespace"), Some(&Value::from("cdtarget-system")));
     let role_rules = role["rules"].as_array().unwrap();
     // Key pair Secrets are created (and rotated) only in the controller's namespace.
     let secret_verbs = verbs_on(role_rules, "secrets");
     assert_eq!(secret_verbs, ["create", "patch"], "{secret_verbs:?}");
-    for namespaced in ["leases", "configmaps"] {
+    // Registrations live only there: read, and their finalizer patched by the GitLab syncer.
+    let registration_verbs = verbs_on(role_rules, "tenantrepositories");
+    assert_eq!(registration_verbs, ["list", "watch", "patch"], "{registration_verbs:?}");
+    for namespaced in ["leases", "configmaps", "tenantrepositories", "tenantrepositories/status"] {
         assert!(role_rules.iter().any(|r| strings(&r["resources"]).contains(&namespaced)), "{namespaced}");
         let cluster_wide =
             cluster_role["rules"].as_array().unwrap().iter().any(|r| strings(&r["resources"]).contains(&namespaced));
