@@ -32,13 +32,15 @@ pub enum LogFormat {
 /// Installs the global tracing subscriber ([`subscriber`] writing to stderr). `filter` is an
 /// `EnvFilter` directive such as `info` or `info,cdtarget=debug`.
 pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
-    let subscriber = subscriber(format, filter, std::io::stderr)?;
+    // Colours only on a terminal: a pod's log (`kubectl logs`), a file or a pipe gets plain text.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let subscriber = subscriber_with_colours(format, filter, std::io::stderr, colours)?;
     tracing::subscriber::set_global_default(subscriber).map_err(|e| format!("installing the logger: {e}"))
 }
 
-/// The subscriber of `cdtarget controller`: lines in `format` written by `writer`. In JSON each
-/// line carries the current span (`span`) and every span it runs in (`spans`): a reconcile's
-/// kind, namespace, object and revision, and its step.
+/// The subscriber of `cdtarget controller`: lines in `format` written by `writer`, without
+/// colours. In JSON each line carries the current span (`span`) and every span it runs in
+/// (`spans`): a reconcile's kind, namespace, object and revision, and its step.
 pub fn subscriber<W>(
     format: LogFormat,
     filter: &str,
@@ -47,8 +49,21 @@ pub fn subscriber<W>(
 where
     W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
 {
+    subscriber_with_colours(format, filter, writer, false)
+}
+
+/// [`subscriber`], with ANSI colours in the text format when `colours` (a terminal).
+pub fn subscriber_with_colours<W>(
+    format: LogFormat,
+    filter: &str,
+    writer: W,
+    colours: bool,
+) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String>
+where
+    W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("--log-level `{filter}`: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(colours);
     Ok(match format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => {
@@ -364,6 +379,39 @@ mod tests {
         assert_eq!(parse_listen_address(":8080").unwrap(), "0.0.0.0:8080".parse().unwrap());
         assert_eq!(parse_listen_address("127.0.0.1:9").unwrap(), "127.0.0.1:9".parse().unwrap());
         assert!(parse_listen_address("8080").is_err());
+    }
+
+    #[test]
+    fn text_lines_carry_colours_only_when_asked_for_a_terminal() {
+        use std::sync::{Arc, Mutex};
+        let line = |colours: bool| {
+            let written = Arc::new(Mutex::new(Vec::<u8>::new()));
+            let sink = written.clone();
+            let writer = move || SharedBuffer(sink.clone());
+            let subscriber = subscriber_with_colours(LogFormat::Text, "info", writer, colours).expect("subscriber");
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::info!(address = "127.0.0.1:8080", "serving /metrics");
+            });
+            String::from_utf8(written.lock().unwrap().clone()).unwrap()
+        };
+        // A pod's log, a file, a pipe: `address=127.0.0.1:8080` as such, no escape codes.
+        let plain = line(false);
+        assert!(plain.contains("address=\"127.0.0.1:8080\"") && !plain.contains('\u{1b}'), "{plain:?}");
+        assert!(line(true).contains('\u{1b}'));
+    }
+
+    /// A `MakeWriter` appending to a shared buffer.
+    struct SharedBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for SharedBuffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
