@@ -648,7 +648,11 @@ impl Drop for OwnControlPlane {
             kill_pid(pid);
             reap(pid);
         }
-        let _ = fs::remove_dir_all(self.cluster.dir());
+        if std::thread::panicking() && std::env::var_os("CDTARGET_KEEP_FAILED_CONTROL_PLANE").is_some() {
+            report(&format!("kept the failed test's control plane directory {}", self.cluster.dir().display()));
+        } else {
+            let _ = fs::remove_dir_all(self.cluster.dir());
+        }
     }
 }
 
