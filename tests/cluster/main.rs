@@ -15,7 +15,6 @@ mod controller;
 mod external;
 mod install;
 mod kit;
-mod own;
 mod policy;
 mod resync;
 mod tenancy;

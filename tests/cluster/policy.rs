@@ -8,11 +8,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 
+use crate::common::cluster::own_installed_cluster;
 use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, Tenant, accepted_writes_as, applied,
 };
 use crate::kit::{kubectl_file, registration_condition, target_ready};
-use crate::own::OwnCluster;
 
 /// Every `ipBlock.cidr` the NetworkPolicy opens.
 fn egress_cidrs(policy: &NetworkPolicy) -> Vec<String> {
@@ -51,8 +51,9 @@ const GUARDRAIL: &str = "    egress:\n      platformTargets:\n        - {cidr: 1
 #[tokio::test]
 async fn a_policy_change_re_renders_without_a_push_and_a_new_guardrail_keeps_the_last_good_children() {
     let test = "a_policy_change_re_renders_without_a_push_and_a_new_guardrail_keeps_the_last_good_children";
-    let Some(own) = OwnCluster::start(test) else { return };
-    let cluster = own.cluster;
+    // A control plane of its own: see docs/testing.md ("Two cases run on a control plane of their own").
+    let Some(own) = own_installed_cluster(test) else { return };
+    let cluster = own.cluster();
     let controller = Controller::start(cluster, "policy", &[]).await;
     let log = controller.log();
     let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);

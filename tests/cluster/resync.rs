@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use cdtarget::api::CDTarget;
 
 use crate::common::AuditEvent;
+use crate::common::cluster::own_installed_cluster;
 use crate::common::cluster::{CDTARGET, CONFIG_MAP, CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, Tenant, applied};
 use crate::common::control_plane::until_appended;
 use crate::kit::target_ready;
-use crate::own::OwnCluster;
 
 /// How many passes of each reconciler the test waits for.
 const PASSES: usize = 3;
@@ -34,8 +34,9 @@ fn is_lease_renewal(event: &AuditEvent) -> bool {
 #[tokio::test]
 async fn the_periodic_resync_and_poll_of_an_unchanged_tenant_send_no_mutating_request() {
     let test = "the_periodic_resync_and_poll_of_an_unchanged_tenant_send_no_mutating_request";
-    let Some(own) = OwnCluster::start(test) else { return };
-    let cluster = own.cluster;
+    // A control plane of its own: see docs/testing.md ("Two cases run on a control plane of their own").
+    let Some(own) = own_installed_cluster(test) else { return };
+    let cluster = own.cluster();
     let controller = Controller::start(cluster, "resync", &["--cdtarget-resync-interval", "2s"]).await;
     let log = controller.log();
     let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);

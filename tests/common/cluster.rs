@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::wait::{Condition, await_condition};
 
-use super::control_plane::{AuditMark, Options, kill_at_exit, until_appended};
+use super::control_plane::{AuditMark, EXTERNAL_KUBECONFIG, Options, OwnControlPlane, kill_at_exit, until_appended};
 use super::process::find_on_path;
 use super::{
     AuditEvent, ControlPlane, GitDaemon, HarnessError, TestDir, Upstream, UpstreamRepo, skip_or_fail, test_dir,
@@ -76,6 +76,29 @@ pub fn installed_cluster_with(test: &str, options: &Options) -> Option<(&'static
     static INSTALLED: OnceLock<Installed> = OnceLock::new();
     let installed = INSTALLED.get_or_init(|| install(cluster, &keda));
     Some((cluster, installed))
+}
+
+/// A control plane of the test's own ([`ControlPlane::start_own`]: its processes may be killed
+/// and started again) with cdtarget and KEDA's CRDs installed as [`installed_cluster`] installs
+/// them, or `None` after a SKIP line (no Go, no kubectl, no KEDA contracts, the tests pointed at
+/// an existing cluster) when not under `CI`.
+pub fn own_installed_cluster(test: &str) -> Option<OwnControlPlane> {
+    if find_on_path("kubectl").is_none() {
+        skip_or_fail::<()>(test, Err(HarnessError::Unavailable("kubectl is not installed".into())))?;
+    }
+    let keda = keda_crds_dir();
+    if !keda.is_dir() {
+        skip_or_fail::<()>(test, Err(HarnessError::Unavailable(format!("KEDA's CRDs are not at {}", keda.display()))))?;
+    }
+    if std::env::var_os(EXTERNAL_KUBECONFIG).is_some() {
+        // Its processes are killed and started again, and cluster-wide state changes: never on
+        // someone's existing cluster.
+        let why = format!("needs a control plane of its own, which {EXTERNAL_KUBECONFIG} (an existing cluster) is not");
+        skip_or_fail::<()>(test, Err(HarnessError::Unavailable(why)))?;
+    }
+    let cluster = skip_or_fail(test, ControlPlane::start_own())?;
+    install(&cluster, &keda);
+    Some(cluster)
 }
 
 /// `deploy/` and KEDA's CRDs applied exactly as README and docs/operations.md say, from the

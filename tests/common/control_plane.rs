@@ -585,37 +585,9 @@ impl ControlPlane {
     }
 
     fn wait_ready(&self) -> Result<(), HarnessError> {
-        let kubeconfig = self.admin_kubeconfig();
         let pid = self.processes.last().map(Child::id).unwrap_or_default();
-        // On a thread of its own with its own runtime: callers may be inside a tokio runtime.
-        let outcome = std::thread::spawn(move || -> Result<(), String> {
-            let runtime =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-            runtime.block_on(async {
-                let client = client_from_kubeconfig(&kubeconfig).await;
-                let started = Instant::now();
-                let mut last = String::new();
-                loop {
-                    if !process_running(pid) {
-                        return Err(format!("kube-apiserver exited ({last})"));
-                    }
-                    let request = http::Request::get("/readyz").body(Vec::new()).expect("request");
-                    match client.request_text(request).await {
-                        Ok(body) if body.trim() == "ok" => return Ok(()),
-                        Ok(body) => last = body,
-                        Err(e) => last = e.to_string(),
-                    }
-                    if started.elapsed() > READY_DEADLINE {
-                        return Err(format!("not ready after {READY_DEADLINE:?}: {last}"));
-                    }
-                    // Nothing to await in a foreign process: poll /readyz (bounded above).
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-        })
-        .join()
-        .map_err(|_| HarnessError::Failed("the /readyz poller panicked".into()))?;
-        outcome.map_err(|why| HarnessError::Failed(format!("kube-apiserver {why}:\n{}", self.log_tail("apiserver"))))
+        await_readyz(&self.admin_kubeconfig(), pid)
+            .map_err(|why| HarnessError::Failed(format!("kube-apiserver {why}:\n{}", self.log_tail("apiserver"))))
     }
 
     fn start_controller_manager(&mut self, binary: &Path) -> Result<(), HarnessError> {
@@ -649,6 +621,249 @@ impl Drop for ControlPlane {
             let _ = child.wait();
         }
     }
+}
+
+/// The role of each process of the control plane: the first argument of the multi-call binary.
+pub const ETCD: &str = "etcd";
+/// See [`ETCD`].
+pub const APISERVER: &str = "apiserver";
+/// See [`ETCD`].
+pub const CONTROLLER_MANAGER: &str = "controller-manager";
+
+impl ControlPlane {
+    /// A new control plane for one test alone, which may kill and start its processes again
+    /// ([`OwnControlPlane`]).
+    pub fn start_own() -> Result<OwnControlPlane, HarnessError> {
+        let cluster = ControlPlane::start()?;
+        // The scenario kit takes `&'static` (tenants keep it); the guard ends the processes.
+        Ok(OwnControlPlane {
+            cluster: Box::leak(Box::new(cluster)),
+            restarted: Mutex::default(),
+            stopped: Mutex::default(),
+            reaped: Mutex::default(),
+        })
+    }
+}
+
+/// A control plane of one test's own, for the fault tests: kube-apiserver killed and started
+/// again on the same port with the same flags, etcd killed and started again on the same data
+/// directory and ports. It dereferences to its [`ControlPlane`], which lives for the rest of
+/// the process (`&'static`, as the scenario kit takes it); its processes, those started again
+/// included, are killed and its directory removed when this guard drops, on a panic too.
+///
+/// "etcd stopped" is a killed etcd (SIGKILL), not a paused one (SIGSTOP): the apiserver's
+/// connections are refused, as when the etcd member crashes or its node goes away, and etcd
+/// comes back from its data directory as a restarted member does. A paused etcd would only
+/// show timeouts on connections that stay open.
+pub struct OwnControlPlane {
+    cluster: &'static ControlPlane,
+    /// The processes started again, each with the command line of the one it replaced.
+    restarted: Mutex<Vec<Child>>,
+    /// The command lines of the processes stopped and not started yet, by role.
+    stopped: Mutex<Vec<(&'static str, Vec<std::ffi::OsString>)>>,
+    /// The first processes killed and reaped: their PIDs may belong to anyone now.
+    reaped: Mutex<HashSet<u32>>,
+}
+
+impl std::ops::Deref for OwnControlPlane {
+    type Target = ControlPlane;
+
+    fn deref(&self) -> &ControlPlane {
+        self.cluster
+    }
+}
+
+impl OwnControlPlane {
+    /// The control plane, for the scenario kit.
+    pub fn cluster(&self) -> &'static ControlPlane {
+        self.cluster
+    }
+
+    /// SIGKILLs kube-apiserver, starts it again with the same command line (port, certificates,
+    /// etcd, audit log appended to) and waits for `/readyz`. Returns how long it was away (from
+    /// the kill to ready).
+    pub fn restart_apiserver(&self) -> Result<Duration, HarnessError> {
+        let killed = Instant::now();
+        let command = self.kill(APISERVER)?;
+        let pid = self.spawn_again(APISERVER, &command)?;
+        await_readyz(&self.admin_kubeconfig(), pid).map_err(|why| {
+            HarnessError::Failed(format!("kube-apiserver started again {why}:\n{}", self.log_tail(APISERVER)))
+        })?;
+        Ok(killed.elapsed())
+    }
+
+    /// SIGKILLs etcd and returns once it is gone; its data directory and ports stay for
+    /// [`OwnControlPlane::start_etcd`]. kube-apiserver keeps running, without its storage.
+    pub fn stop_etcd(&self) -> Result<(), HarnessError> {
+        let command = self.kill(ETCD)?;
+        self.stopped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((ETCD, command));
+        Ok(())
+    }
+
+    /// Starts the stopped etcd again with its command line (same data directory, same ports),
+    /// waits until it accepts connections and then until kube-apiserver's `/readyz` (which checks
+    /// etcd) passes again. Returns the time from the start to the apiserver being ready.
+    pub fn start_etcd(&self) -> Result<Duration, HarnessError> {
+        let command = {
+            let mut stopped = self.stopped.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let at = stopped.iter().position(|(role, _)| *role == ETCD);
+            at.map(|at| stopped.remove(at).1).ok_or_else(|| HarnessError::Failed("etcd was not stopped".into()))?
+        };
+        let started = Instant::now();
+        let port = command
+            .iter()
+            .filter_map(|arg| arg.to_str()?.strip_prefix("--listen-client-urls=http://127.0.0.1:"))
+            .find_map(|port| port.parse::<u16>().ok())
+            .ok_or_else(|| HarnessError::Failed("etcd's command line has no client URL".into()))?;
+        let pid = self.spawn_again(ETCD, &command)?;
+        wait_until_serving(port, Duration::from_secs(30), |_| true, || process_running(pid)).map_err(|why| {
+            HarnessError::Failed(format!(
+                "etcd started again {why} (its port may have been taken meanwhile):\n{}",
+                self.log_tail(ETCD)
+            ))
+        })?;
+        let apiserver =
+            self.running(APISERVER).ok_or_else(|| HarnessError::Failed("kube-apiserver is not running".into()))?;
+        await_readyz(&self.admin_kubeconfig(), apiserver).map_err(|why| {
+            HarnessError::Failed(format!("kube-apiserver after etcd's return {why}:\n{}", self.log_tail(APISERVER)))
+        })?;
+        Ok(started.elapsed())
+    }
+
+    /// The PID of the running process with `role`, started first or again.
+    pub fn running(&self, role: &str) -> Option<u32> {
+        let restarted: Vec<u32> = self
+            .restarted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .rev()
+            .map(Child::id)
+            .collect();
+        let reaped = self.reaped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        restarted
+            .into_iter()
+            .chain(self.cluster.pids().into_iter().filter(|pid| !reaped.contains(pid)))
+            .filter(|&pid| process_running(pid))
+            .find(|&pid| command_line(pid).get(1).is_some_and(|arg| arg == role))
+    }
+
+    /// SIGKILLs the process with `role`, reaps it (its ports are free when this returns) and
+    /// gives its command line.
+    fn kill(&self, role: &str) -> Result<Vec<std::ffi::OsString>, HarnessError> {
+        let pid = self.running(role).ok_or_else(|| HarnessError::Failed(format!("no running {role}")))?;
+        let command = command_line(pid);
+        let mut restarted = self.restarted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = restarted.iter().position(|child| child.id() == pid) {
+            let mut child = restarted.remove(at);
+            let _ = child.kill();
+            let _ = child.wait();
+        } else {
+            kill_pid(pid);
+            reap(pid);
+            self.reaped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(pid);
+        }
+        Ok(command)
+    }
+
+    /// Starts `command` (a command line read from `/proc`) in the control plane's directory,
+    /// appending to the log of `role`.
+    fn spawn_again(&self, role: &str, command: &[std::ffi::OsString]) -> Result<u32, HarnessError> {
+        let (program, args) =
+            command.split_first().ok_or_else(|| HarnessError::Failed(format!("{role} had no command line")))?;
+        let mut log = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir().join(format!("{role}.log")))
+            .map_err(failed)?;
+        writeln!(log, "--- killed and started again by the test harness ---").map_err(failed)?;
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(self.dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(failed)?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| HarnessError::Failed(format!("spawn {role} again: {e}")))?;
+        let pid = child.id();
+        self.restarted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(child);
+        Ok(pid)
+    }
+}
+
+impl Drop for OwnControlPlane {
+    fn drop(&mut self) {
+        let restarted = std::mem::take(&mut *self.restarted.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for mut child in restarted.into_iter().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The controller manager and the apiserver first, etcd last; each is this process's child.
+        let reaped = self.reaped.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        for pid in self.cluster.pids().into_iter().rev().filter(|pid| !reaped.contains(pid)) {
+            kill_pid(pid);
+            reap(pid);
+        }
+        if std::thread::panicking() && std::env::var_os("CDTARGET_KEEP_FAILED_CONTROL_PLANE").is_some() {
+            report(&format!("kept the failed test's control plane directory {}", self.cluster.dir().display()));
+        } else {
+            let _ = fs::remove_dir_all(self.cluster.dir());
+        }
+    }
+}
+
+/// The command line of process `pid` (`/proc/<pid>/cmdline`), empty when it is gone.
+fn command_line(pid: u32) -> Vec<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    raw.split(|&byte| byte == 0)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| std::ffi::OsStr::from_bytes(arg).to_os_string())
+        .collect()
+}
+
+/// Waits for the child process `pid` (killed) to end and reaps it.
+#[allow(unsafe_code)] // a libc call of the harness; `[lints]` denies unsafe code, src/ forbids it
+fn reap(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    // SAFETY: waitpid(2) with a null status pointer writes nothing; the pid is a child of this
+    // process whose `Child` handle is never waited on (it lives in a leaked `ControlPlane`).
+    unsafe {
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+/// Polls kube-apiserver's `/readyz` (as the admin) until it answers `ok`, at most
+/// [`READY_DEADLINE`]; fails at once when the process `pid` (the apiserver) exits.
+fn await_readyz(kubeconfig: &Path, pid: u32) -> Result<(), String> {
+    let kubeconfig = kubeconfig.to_path_buf();
+    // On a thread of its own with its own runtime: callers may be inside a tokio runtime.
+    std::thread::spawn(move || -> Result<(), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let client = client_from_kubeconfig(&kubeconfig).await;
+            let started = Instant::now();
+            let mut last = String::new();
+            loop {
+                if !process_running(pid) {
+                    return Err(format!("exited ({last})"));
+                }
+                let request = http::Request::get("/readyz").body(Vec::new()).expect("request");
+                match client.request_text(request).await {
+                    Ok(body) if body.trim() == "ok" => return Ok(()),
+                    Ok(body) => last = body,
+                    Err(e) => last = e.to_string(),
+                }
+                if started.elapsed() > READY_DEADLINE {
+                    return Err(format!("not ready after {READY_DEADLINE:?}: {last}"));
+                }
+                // Nothing to await in a foreign process: poll /readyz (bounded above).
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    })
+    .join()
+    .map_err(|_| "the /readyz poller panicked".to_string())?
 }
 
 /// What [`kill_shared_at_exit`] kills and removes, in registration order.

@@ -207,6 +207,7 @@ impl Builder {
         let secrets_store = store.clone();
         let repositories = Controller::for_stream(changed, store)
             .with_config(config.clone())
+            .trigger_backoff(EachWatchBacksOff)
             .watches_stream(sources.platform_secrets, move |secret| {
                 let namespace = secret.namespace().unwrap_or_default();
                 registrations_referencing_secret(&namespace, &secret.name_any(), secrets_store.state())
@@ -227,6 +228,7 @@ impl Builder {
         let secrets_store = target_store.clone();
         let mut targets = Controller::for_stream(targets, target_store)
             .with_config(config)
+            .trigger_backoff(EachWatchBacksOff)
             .owns_stream(sources.deployments)
             .owns_stream(sources.network_policies);
         if let Some(scaled_objects) = sources.scaled_objects {
@@ -284,6 +286,27 @@ impl Builder {
     }
 }
 
+/// The back-off of a controller's triggers taken together: none, since every watch backs off on
+/// its own ([`super::watches::watched`]). kube-runtime's default pauses all the watches of a
+/// controller after an error of any one of them (800 ms, doubling up to 30 s, reset after two
+/// quiet minutes): when kube-apiserver restarted, the six watches of the CDTarget controller
+/// failed together and its healthy triggers were paused for a minute.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EachWatchBacksOff;
+
+impl Iterator for EachWatchBacksOff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<std::time::Duration> {
+        // `None` would end the triggers for good.
+        Some(std::time::Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for EachWatchBacksOff {
+    fn reset(&mut self) {}
+}
+
 /// Both controllers, started.
 pub struct Running {
     /// One item per finished TenantRepository reconcile.
@@ -332,5 +355,46 @@ impl Drop for Running {
         if let Some(receiver) = &self.receiver {
             receiver.set_trigger(None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn failed_watches_do_not_pause_the_other_triggers_of_their_controller() {
+        let (reader, mut writer) = reflector::store::<ConfigMap>();
+        let map = ConfigMap {
+            metadata: ObjectMeta { name: Some("a".into()), namespace: Some("team-a".into()), ..ObjectMeta::default() },
+            ..ConfigMap::default()
+        };
+        for event in [watcher::Event::Init, watcher::Event::InitApply(map.clone()), watcher::Event::InitDone] {
+            writer.apply_watcher_event(&event);
+        }
+        // Six watches cut at once, as when kube-apiserver restarts, then a change another one saw.
+        let cut = || {
+            let cut = std::io::Error::other("error reading a body from connection");
+            Err(watcher::Error::WatchFailed(kube::Error::ReadEvents(cut)))
+        };
+        let mut triggers: Vec<Result<ConfigMap, watcher::Error>> = (0..6).map(|_| cut()).collect();
+        triggers.push(Ok(map));
+        let triggers = futures::stream::iter(triggers).chain(futures::stream::pending());
+        let mut reconciled = Controller::for_stream(triggers, reader)
+            .trigger_backoff(EachWatchBacksOff)
+            .run(
+                |_, _| async { Ok::<_, std::io::Error>(Action::await_change()) },
+                |_, _, _| Action::await_change(),
+                Arc::new(()),
+            )
+            .filter_map(|result| async move { result.ok() })
+            .boxed();
+        // At once; kube-runtime's default back-off sleeps after each error first (800 ms, then
+        // doubling), which does not fit in this bound.
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(10), reconciled.next()).await;
+        assert!(matches!(outcome, Ok(Some(_))), "the change was not reconciled: {outcome:?}");
     }
 }

@@ -44,7 +44,7 @@ where
     let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
         .with_namespace(&args.namespace)
         .with_identity(&identity)
-        .with_field_manager(crate::api::FIELD_MANAGER)
+        .with_field_manager(field_manager(&identity))
         .build()
         .await
         .map_err(|e| RunError::Lease(format!("Lease {}/{}: {e}", args.namespace, args.lease_name)))?;
@@ -99,7 +99,38 @@ where
     if lost { Err(RunError::Lease("lost the lease".into())) } else { Ok(()) }
 }
 
+/// The field manager of this replica's writes of the Lease: one per identity. A free Lease is
+/// taken with a server-side apply of `holderIdentity` without force, and the conflict the API
+/// server answers when another manager set it meanwhile is what keeps two replicas from taking it
+/// at the same moment; with one manager name for all, both applies succeed and both lead until
+/// the next renewal (kube-lease-manager requires unique managers for this reason). An identity
+/// too long for the API server's 128 characters is replaced by a digest of it.
+pub fn field_manager(identity: &str) -> String {
+    let manager = format!("{}-lease-{identity}", crate::api::FIELD_MANAGER);
+    if manager.len() <= 128 {
+        return manager;
+    }
+    use sha2::Digest as _;
+    let digest = hex::encode(sha2::Sha256::digest(identity.as_bytes()));
+    format!("{}-lease-{}", crate::api::FIELD_MANAGER, &digest[..32])
+}
+
 /// This replica's name when `--identity`/`POD_NAME` is not set.
 pub fn host_name() -> Option<String> {
     std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_replica_writes_the_lease_under_a_field_manager_of_its_own() {
+        let (a, b) = (field_manager("cdtarget-7d4f9-abcde"), field_manager("cdtarget-7d4f9-fghij"));
+        assert_ne!(a, b, "two replicas under one manager both take a free Lease");
+        assert_ne!(a, crate::api::FIELD_MANAGER, "the manager of the children and status");
+        assert_eq!(a, "cdtarget-lease-cdtarget-7d4f9-abcde");
+        let (long_a, long_b) = (field_manager(&"a".repeat(200)), field_manager(&format!("{}b", "a".repeat(199))));
+        assert!(long_a.len() <= 128 && long_b.len() <= 128 && long_a != long_b, "{long_a} {long_b}");
+    }
 }

@@ -61,15 +61,16 @@ impl Sources {
         fn touched<K>(api: Api<K>, config: watcher::Config) -> Touched<K>
         where
             K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+            K::DynamicType: Default + Eq + Hash + Clone,
         {
-            watcher(api, config).default_backoff().touched_objects().boxed()
+            watched(api, config).touched_objects().boxed()
         }
         let children =
             watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE));
         let policy = watcher::Config::default().fields(&format!("metadata.name={policy_name}"));
         Sources {
-            targets: watcher(Api::all(client.clone()), shard).default_backoff().boxed(),
-            policy: watcher(Api::namespaced(client.clone(), namespace), policy).default_backoff().boxed(),
+            targets: watched(Api::all(client.clone()), shard),
+            policy: watched(Api::namespaced(client.clone(), namespace), policy),
             platform_secrets: touched(Api::namespaced(client.clone(), namespace), watcher::Config::default()),
             secrets: touched(Api::all(client.clone()), watcher::Config::default()),
             deployments: touched(Api::all(client.clone()), children.clone()),
@@ -98,18 +99,53 @@ impl Sources {
     }
 }
 
+/// The events of `api`'s objects selected by `config`: kube-runtime's `watcher`, started over
+/// (a new list, then a new watch) whenever its watch stream fails, with the default back-off
+/// between attempts. Every watch of the controller is one of these.
+///
+/// The watcher alone keeps reading a watch stream that failed, one error per read (and per
+/// back-off step): a connection cut by a kube-apiserver restart, or the pretty-printed `Status`
+/// of a watch refused while a restarted apiserver's authorizer warms up (one line, one error).
+/// Against a real apiserver restarted under it, the controller's watches then took two minutes
+/// and more to come back, and missed every change in between.
+pub fn watched<K>(api: Api<K>, config: watcher::Config) -> Events<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    restarting(move || watcher(api.clone(), config.clone()).boxed()).default_backoff().boxed()
+}
+
+/// The events of the streams `start` gives: one until it yields a failed watch
+/// ([`watcher::Error::WatchFailed`], [`watcher::Error::WatchError`]), then a new one, and so on.
+/// A failed list or a watch that could not start is retried by the watcher itself.
+pub fn restarting<K, S>(start: impl Fn() -> S + Send + 'static) -> impl Stream<Item = S::Item> + Send + 'static
+where
+    K: Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + Unpin + 'static,
+{
+    futures::stream::unfold((start(), start), |(mut events, start)| async move {
+        let event = events.next().await?;
+        let failed = matches!(event, Err(watcher::Error::WatchFailed(_) | watcher::Error::WatchError(_)));
+        if failed {
+            info!("a watch stream failed: starting the watch over with a new list");
+            events = start();
+        }
+        Some((event, (events, start)))
+    })
+}
+
 /// The watch of the (sharded) TenantRepositories of the platform namespace: registrations
 /// elsewhere are ignored, since a registration chooses which ServiceAccount the controller
 /// impersonates and only the platform namespace may hold them.
 pub fn registrations(client: &Client, namespace: &str, shard: watcher::Config) -> Events<TenantRepository> {
-    watcher(Api::namespaced(client.clone(), namespace), shard).default_backoff().boxed()
+    watched(Api::namespaced(client.clone(), namespace), shard)
 }
 
 /// The names of the Secrets of `namespace` that were added, changed or deleted (metadata only),
 /// for the webhook receiver's index.
 pub fn secret_names(client: &Client, namespace: &str) -> BoxStream<'static, Result<String, watcher::Error>> {
-    watcher(Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), namespace), watcher::Config::default())
-        .default_backoff()
+    watched(Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), namespace), watcher::Config::default())
         .touched_objects()
         .map(|secret| secret.map(|s| s.name_any()))
         .boxed()
@@ -248,6 +284,46 @@ mod tests {
             repo = repo.with_webhook_secret(secret);
         }
         Arc::new(repo)
+    }
+
+    #[tokio::test]
+    async fn a_failed_watch_is_started_over_with_a_new_list_instead_of_read_on() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        fn failed() -> Result<watcher::Event<ConfigMap>, watcher::Error> {
+            let cut = std::io::Error::other("error reading a body from connection");
+            Err(watcher::Error::WatchFailed(kube::Error::ReadEvents(cut)))
+        }
+        fn map(name: &str) -> ConfigMap {
+            ConfigMap {
+                metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+                ..Default::default()
+            }
+        }
+        let started = Arc::new(AtomicUsize::new(0));
+        let starts = started.clone();
+        let events = restarting(move || {
+            // The first watch fails and, read on, would fail again and again (what the watcher
+            // does with a cut connection); the second lists what is there now.
+            let script = if starts.fetch_add(1, Ordering::SeqCst) == 0 {
+                vec![Ok(watcher::Event::Init), Ok(watcher::Event::InitDone), failed(), failed(), failed()]
+            } else {
+                vec![Ok(watcher::Event::Init), Ok(watcher::Event::InitApply(map("a"))), Ok(watcher::Event::InitDone)]
+            };
+            futures::stream::iter(script).chain(futures::stream::pending()).boxed()
+        });
+        let seen: Vec<String> = events
+            .take(6)
+            .map(|event| match event {
+                Ok(watcher::Event::Init) => "Init".to_owned(),
+                Ok(watcher::Event::InitApply(map)) => format!("InitApply {}", map.name_any()),
+                Ok(watcher::Event::InitDone) => "InitDone".to_owned(),
+                Ok(other) => format!("{other:?}"),
+                Err(_) => "failed".to_owned(),
+            })
+            .collect()
+            .await;
+        assert_eq!(seen, ["Init", "InitDone", "failed", "Init", "InitApply a", "InitDone"]);
+        assert_eq!(started.load(Ordering::SeqCst), 2);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! was read), [`execute`] applies and prunes through the one writer, [`gitlab`] is the GitLab
 //! step, and [`status`] computes and writes the status. [`reconcile`] runs them in order.
 //! Nothing is lost on failure: a fetch, load or validation failure applies and prunes nothing,
-//! and the status keeps the last applied revision and the inventory.
+//! and the status keeps the last applied revision and the inventory. Objects new to the
+//! inventory are recorded in it before they are applied ([`Plan::intent`]), so an apply cut
+//! short by a crash or a lost Lease leaves nothing a later prune cannot see.
 
 pub mod execute;
 pub mod gitlab;
@@ -265,6 +267,14 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     }
     let webhook = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
     let plan = plan::plan(&repo, observed, jitter(&repo.spec));
+    // Write-ahead: what the apply may create is in the inventory before it is created, or
+    // nothing is applied (the reconcile fails and is retried).
+    if let Some(intent) = &plan.intent {
+        status::record_intent(&ctx.writer, &namespace, &repo, intent)
+            .instrument(tracing::info_span!("intent"))
+            .await
+            .map_err(Error::Status)?;
+    }
 
     let (plan, executed) = execute::apply_and_prune(&ctx.writer, &repo, plan).await;
     // The tenant's client could not even be built: nothing was sent, nothing is reported.

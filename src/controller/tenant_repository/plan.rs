@@ -53,6 +53,11 @@ pub struct Plan {
     pub only_drifted: bool,
     /// The objects to delete (they left Git), dependents first.
     pub prune: Vec<InventoryEntry>,
+    /// The inventory to record before anything is applied, when the set holds objects the
+    /// recorded inventory does not: the recorded one plus the new set. An apply cut short after
+    /// creating some of them (the process killed, the Lease lost, a failed status write) then
+    /// leaves nothing that a later prune cannot see. `None`: nothing new, nothing to record first.
+    pub intent: Option<Vec<InventoryEntry>>,
     /// The commit fetched, when one was.
     pub fetched_revision: Option<String>,
     /// The record to keep once `apply` and `prune` succeeded; `None` keeps the previous one.
@@ -87,6 +92,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         apply: None,
         only_drifted: false,
         prune: Vec::new(),
+        intent: None,
         fetched_revision: None,
         record: None,
         requeue: Some(requeue),
@@ -101,6 +107,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             apply: None,
             only_drifted: false,
             prune: Vec::new(),
+            intent: None,
             fetched_revision: None,
             record: None,
             requeue: None,
@@ -155,6 +162,9 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             } else {
                 Vec::new()
             };
+            let recorded: BTreeSet<&InventoryEntry> = status.inventory.iter().collect();
+            let intent =
+                inventory.iter().any(|entry| !recorded.contains(entry)).then(|| union(&status.inventory, &inventory));
             let message =
                 format!("applied {} objects of revision {} into {namespace}", objects.len(), short(&revision));
             Plan {
@@ -164,6 +174,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 apply: Some(objects),
                 only_drifted: unchanged,
                 prune,
+                intent,
                 fetched_revision: Some(revision.clone()),
                 record: Some(Record { revision, digest, inventory }),
                 requeue: Some(interval),
@@ -225,6 +236,7 @@ impl Plan {
         self.apply = None;
         self.only_drifted = false;
         self.prune = Vec::new();
+        self.intent = None;
         // The plan's own requeue is the interval (with its jitter): a stalled or waiting apply
         // is tried again with the next poll, which also picks up a fixing push.
         let interval = self.requeue.unwrap_or(DEFAULT_INTERVAL);
@@ -384,6 +396,40 @@ mod tests {
         let observed = || Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) };
         assert_eq!(plan(&repo(true, Some(status.clone())), observed(), Duration::ZERO).prune, [entry("old")]);
         assert!(plan(&repo(false, Some(status)), observed(), Duration::ZERO).prune.is_empty());
+    }
+
+    #[test]
+    fn objects_new_to_the_inventory_are_recorded_before_they_are_applied() {
+        let status = |inventory: Vec<InventoryEntry>| TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            inventory,
+            ..TenantRepositoryStatus::default()
+        };
+        let two = || {
+            let mut set = config_map("a");
+            set.documents.extend(config_map("b").documents);
+            Observed::Fetched { revision: "def".into(), load: Ok(set) }
+        };
+        // New objects: the recorded inventory and the new set, before anything is sent, so an
+        // apply cut short leaves "b" (and "old") where the next prune sees them.
+        let adding = plan(&repo(true, Some(status(vec![entry("a"), entry("old")]))), two(), Duration::ZERO);
+        assert_eq!(adding.intent, Some(vec![entry("a"), entry("b"), entry("old")]));
+        assert_eq!(adding.prune, [entry("old")]);
+        assert_eq!(adding.record.unwrap().inventory, [entry("a"), entry("b")]);
+        // Nothing new (an unchanged set, or one that only loses objects): nothing recorded first,
+        // so a no-op poll still writes nothing.
+        let same = plan(&repo(true, Some(status(vec![entry("a"), entry("b")]))), two(), Duration::ZERO);
+        assert_eq!(same.intent, None);
+        let losing = plan(&repo(true, Some(status(vec![entry("a"), entry("b"), entry("c")]))), two(), Duration::ZERO);
+        assert_eq!((losing.intent, losing.prune), (None, vec![entry("c")]));
+        // A failed apply records the same union, and nothing before it.
+        let failed = plan(&repo(true, Some(status(vec![entry("old")]))), two(), Duration::ZERO).apply_failed(
+            &repo(true, Some(status(vec![entry("old")]))),
+            "refused".into(),
+            Class::Waiting,
+        );
+        assert_eq!(failed.intent, None);
+        assert_eq!(failed.record.unwrap().inventory, [entry("a"), entry("b"), entry("old")]);
     }
 
     #[test]

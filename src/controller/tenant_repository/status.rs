@@ -5,7 +5,7 @@ use kube::api::ApiResource;
 
 use super::plan::Plan;
 use super::{APPLIED, REASON_SUSPENDED, SOURCE_READY};
-use crate::api::tenant_repository::{TenantRepository, TenantRepositoryStatus};
+use crate::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
 use crate::apply::{Write, WriteError, Writer};
 use crate::controller::conditions::{self, READY};
 use crate::gitlab;
@@ -55,6 +55,19 @@ pub fn next_status(
         status.webhook_path = webhook_path;
     }
     status
+}
+
+/// Records `inventory` in the status of `repo` before an apply, the rest as it is
+/// ([`super::Plan::intent`]): what the apply may create is in the inventory before it exists.
+pub async fn record_intent(
+    writer: &Writer,
+    namespace: &str,
+    repo: &TenantRepository,
+    inventory: &[InventoryEntry],
+) -> Result<(), WriteError> {
+    let mut status = repo.status.clone().unwrap_or_default();
+    status.inventory = inventory.to_vec();
+    write(writer, namespace, repo, &status).await
 }
 
 /// Writes `status` of `repo` once, and only when it differs from what the registration holds
