@@ -75,11 +75,7 @@ impl Set {
     /// Every file of the set: path under the repository root, content.
     pub fn files(&self) -> BTreeMap<String, String> {
         let maps = self.config_maps.iter().map(|name| (format!("deploy/configmap-{name}.yaml"), config_map(name)));
-        let targets = self
-            .targets
-            .iter()
-            .enumerate()
-            .map(|(i, name)| (format!("deploy/cdtarget-{name}.yaml"), cdtarget(name, i)));
+        let targets = self.targets.iter().map(|name| (format!("deploy/cdtarget-{name}.yaml"), cdtarget(name)));
         maps.chain(targets).collect()
     }
 
@@ -112,8 +108,10 @@ pub fn config_map(name: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  NAME: {name}\n  RETRIES: \"3\"\n")
 }
 
-/// A CDTarget `name` with one address (the `index`-th) and the `azp-token` Secret.
-pub fn cdtarget(name: &str, index: usize) -> String {
+/// A CDTarget `name` with the `azp-token` Secret and one address of its own, derived from the
+/// number its name ends with (so it stays the same whatever else the set holds).
+pub fn cdtarget(name: &str) -> String {
+    let index = name.rsplit('-').next().and_then(|n| n.parse::<usize>().ok()).map_or(0, |n| n + 1);
     format!(
         "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: {name}\nspec:\n  agentImage: ghcr.io/acme/azp-agent:4.255.0\n  tokenRef: azp-token\n  ip:\n    - 10.20.{}.{}\n  config:\n    url: https://dev.azure.com/acme\n    poolName: {name}\n",
         index / 200,
@@ -368,7 +366,8 @@ pub async fn metrics(address: std::net::SocketAddr) -> String {
         .expect("the metrics text")
 }
 
-/// A line for the test output (figures are printed, never asserted).
+/// A line on stderr, past the test harness's capture (figures are printed, never asserted).
 pub fn figure(line: &str) {
-    eprintln!("[faults] {line}");
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "[faults] {line}");
 }

@@ -230,8 +230,10 @@ async fn applies_impersonate_the_registrations_service_account_in_order() {
     for request in &controller {
         assert_eq!(request.impersonate_user, None, "the controller's own request impersonates: {request:?}");
     }
-    // What others reference comes first: the ConfigMaps, then the CDTarget.
+    // The inventory first (what the apply may create is recorded before it exists), then what
+    // others reference: the ConfigMaps, then the CDTarget; then the status.
     let expected = [
+        format!("status {PLATFORM}/{REPO}"),
         "patch ConfigMap team-a/extra".to_owned(),
         "patch ConfigMap team-a/settings".to_owned(),
         "patch CDTarget team-a/agents".to_owned(),
