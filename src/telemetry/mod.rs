@@ -29,14 +29,17 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global tracing subscriber ([`subscriber`] writing to stderr). `filter` is an
-/// `EnvFilter` directive such as `info` or `info,cdtarget=debug`.
+/// Installs the global tracing subscriber (as [`subscriber`], writing to stderr, in colour only
+/// when stderr is a terminal). `filter` is an `EnvFilter` directive such as `info` or
+/// `info,cdtarget=debug`.
 pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
-    let subscriber = subscriber(format, filter, std::io::stderr)?;
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let subscriber = build_subscriber(format, filter, std::io::stderr, colour)?;
     tracing::subscriber::set_global_default(subscriber).map_err(|e| format!("installing the logger: {e}"))
 }
 
-/// The subscriber of `cdtarget controller`: lines in `format` written by `writer`. In JSON each
+/// The subscriber of `cdtarget controller`: lines in `format` written by `writer`, without
+/// terminal colour codes (a container's log, a file or a collector is no terminal). In JSON each
 /// line carries the current span (`span`) and every span it runs in (`spans`): a reconcile's
 /// kind, namespace, object and revision, and its step.
 pub fn subscriber<W>(
@@ -47,8 +50,21 @@ pub fn subscriber<W>(
 where
     W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
 {
+    build_subscriber(format, filter, writer, false)
+}
+
+fn build_subscriber<W>(
+    format: LogFormat,
+    filter: &str,
+    writer: W,
+    colour: bool,
+) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String>
+where
+    W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("--log-level `{filter}`: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // tracing-subscriber colours by default (unless NO_COLOR is set), terminal or not.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(colour);
     Ok(match format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => {
@@ -358,6 +374,37 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_logs_carry_no_terminal_colour_codes() {
+        let written = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let writer = {
+            let written = written.clone();
+            move || SharedBuffer(written.clone())
+        };
+        let subscriber = subscriber(LogFormat::Text, "info", writer).unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(address = "127.0.0.1:8080", "serving /metrics");
+        });
+        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        // What a log reader (or `kubectl logs | grep`) matches on: the plain `key=value`.
+        assert!(text.contains("serving /metrics address=\"127.0.0.1:8080\""), "{text:?}");
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+    }
+
+    /// A writer appending to a shared buffer.
+    struct SharedBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for SharedBuffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 
     #[test]
     fn listen_addresses_accept_a_bare_port() {
