@@ -50,6 +50,7 @@ use std::env;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Read as _, Seek as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -68,7 +69,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 
 use common::cluster::{CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, install, keda_crds_dir, path_str};
-use common::control_plane::{AuditEvent, parse_audit_log, until_appended};
+use common::control_plane::{AuditEvent, parse_audit_log};
 use common::process::find_on_path;
 use common::{ControlPlane, GitDaemon, HarnessError, Upstream, skip_or_fail};
 
@@ -391,34 +392,33 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     println!("  controller started (pid {pid}); waiting for the first pass");
 
     // 1. The first pass.
-    let outcome =
-        tokio::time::timeout(CONVERGE_WITHIN, converge(client.clone(), options, started, exited, &memory)).await;
+    let mut first = FirstPass::default();
+    let converging = converge(client.clone(), options, started, exited, &memory, &mut audit, &mut first);
+    let outcome = tokio::time::timeout(CONVERGE_WITHIN, converging).await;
     let converged_at = started.elapsed();
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(why)) => return Err(format!("{why}\n{}", log_tail(controller.log()))),
         Err(_) => return Err(format!("not converged within {CONVERGE_WITHIN:?}\n{}", log_tail(controller.log()))),
     }
-    let mut first = Window::default();
-    let mut statuses: HashSet<(String, String)> = HashSet::new();
-    tokio::task::block_in_place(|| {
-        until_appended(&cluster.audit_log(), Duration::from_secs(120), "the status write of every CDTarget", || {
-            audit.read_new(|event| {
-                first.add(event);
-                if event.user == CONTROLLER_USER
-                    && event.is_mutating()
-                    && event.full_resource() == "cdtargets/status"
-                    && (200..300).contains(&event.code)
-                {
-                    statuses.insert((event.namespace.clone(), event.name.clone()));
-                }
-            });
-            (statuses.len() >= options.cdtargets()).then_some(())
+    let logged = tokio::task::block_in_place(|| {
+        audit.until(Duration::from_secs(120), |audit| {
+            audit.read_new(|event| first.add(event));
+            first.statuses.len() >= options.cdtargets()
         })
     });
+    if !logged {
+        return Err(format!(
+            "the audit log holds the status write of {} of {} CDTargets after 120 s ({} rotations followed)",
+            first.statuses.len(),
+            options.cdtargets(),
+            audit.rotations
+        ));
+    }
+    let first = first.window;
     let after_first = Usage::now(apiserver, etcd, Some(pid));
     let first_metrics = scrape(metrics_address).await;
-    let memory_after_first = memory.lock().unwrap().clone();
+    let memory_after_first = format!("{}; {}", memory.lock().unwrap().describe(), resident(pid));
     println!();
     report_window(
         "first pass: controller start → every CDTarget has its four children and its status",
@@ -428,7 +428,7 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
         &Metrics::default().delta(&first_metrics),
         options,
     );
-    println!("    controller memory: {}", memory_after_first.describe());
+    println!("    controller memory: {memory_after_first}");
 
     // 2. Settle: the trailing reconciles and Events of the first pass.
     let settle_started = Instant::now();
@@ -469,14 +469,17 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
                 "--overwrite",
             ])
             .success();
-        until_appended(&cluster.audit_log(), NO_OP_WITHIN, "every registration's drift reads", || {
+        audit.until(NO_OP_WITHIN, |audit| {
             audit.read_new(|event| {
                 poll.add(event);
                 polled.add(event);
             });
-            polled.done(options).then_some(())
+            polled.done(options)
         })
     });
+    if !polled.done(options) {
+        return Err(format!("no-op poll: {} within {NO_OP_WITHIN:?}", polled.describe(options)));
+    }
     let polled_usage = Usage::now(apiserver, etcd, Some(pid));
     let polled_metrics = scrape(metrics_address).await;
     println!();
@@ -500,14 +503,17 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
         );
         fs::write(&file, policy).expect("write the policy ConfigMap");
         cluster.kubectl(&["apply", "-f", path_str(&file)]).success();
-        until_appended(&cluster.audit_log(), NO_OP_WITHIN, "every registration's and CDTarget's reads", || {
+        audit.until(NO_OP_WITHIN, |audit| {
             audit.read_new(|event| {
                 render.add(event);
                 rendered.add(event);
             });
-            (rendered.done(options) && rendered.targets_done(options)).then_some(())
+            rendered.done(options) && rendered.targets_done(options)
         })
     });
+    if !(rendered.done(options) && rendered.targets_done(options)) {
+        return Err(format!("no-op re-render: {} within {NO_OP_WITHIN:?}", rendered.describe(options)));
+    }
     let rendered_usage = Usage::now(apiserver, etcd, Some(pid));
     let rendered_metrics = scrape(metrics_address).await;
     println!();
@@ -564,7 +570,8 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
         ),
         None => println!("    controller peak memory: unreadable (the process is gone)"),
     }
-    println!("    controller memory sampled every second: {}", sampled.describe());
+    println!("    controller memory sampled every second: {}; {}", sampled.describe(), resident(pid));
+    println!("    audit log rotations followed: {}", audit.rotations);
     for (name, window) in [("no-op poll", &poll), ("no-op re-render", &render)] {
         let writes = window.writes();
         println!(
@@ -588,6 +595,8 @@ async fn converge(
     started: Instant,
     mut exited: tokio::sync::watch::Receiver<bool>,
     memory: &Arc<Mutex<Memory>>,
+    audit: &mut AuditTail,
+    first: &mut FirstPass,
 ) -> Result<(), String> {
     let expected = options.cdtargets();
     let mut changes = futures::stream::select_all([
@@ -626,6 +635,8 @@ async fn converge(
         let tenth = fleet.converged * 10 / expected;
         if tenth > reported {
             reported = tenth;
+            // Keep up with the audit log as it grows (hundreds of MB at 10,000 CDTargets).
+            tokio::task::block_in_place(|| audit.read_new(|event| first.add(event)));
             println!(
                 "    {:7.1} s  {:>3}% converged ({} of {expected}); controller RSS {}; load {}",
                 started.elapsed().as_secs_f64(),
@@ -787,6 +798,28 @@ async fn settle_quietly(audit: &mut AuditTail, window: &mut Window) -> bool {
     }
 }
 
+/// The first pass as the audit log shows it: the controller's requests, and which CDTargets had
+/// their status written.
+#[derive(Default)]
+struct FirstPass {
+    window: Window,
+    statuses: HashSet<(String, String)>,
+}
+
+impl FirstPass {
+    fn add(&mut self, event: &AuditEvent) {
+        self.window.add(event);
+        if counted(event)
+            && event.user == CONTROLLER_USER
+            && event.is_mutating()
+            && event.full_resource() == "cdtargets/status"
+            && (200..300).contains(&event.code)
+        {
+            self.statuses.insert((event.namespace.clone(), event.name.clone()));
+        }
+    }
+}
+
 /// The requests that end an unchanged reconcile, counted as the audit log shows them: per
 /// registration its drift reads (GETs of its CDTargets as its tenant), per CDTarget the read of
 /// its last child (the ScaledObject).
@@ -816,36 +849,65 @@ impl DriftReads {
     fn targets_done(&self, options: Options) -> bool {
         self.targets.len() >= options.cdtargets()
     }
+
+    fn describe(&self, options: Options) -> String {
+        let complete = self.registrations.values().filter(|names| names.len() >= options.targets).count();
+        format!(
+            "the drift reads of {complete} of {} registrations and the last child read of {} of {} CDTargets",
+            options.registrations,
+            self.targets.len(),
+            options.cdtargets()
+        )
+    }
 }
 
 // === the audit log ===
 
-/// Reads the audit log from where it ended when created, a chunk at a time, whole lines only.
+/// Reads the audit log from where it ended when created, a chunk at a time, whole lines only,
+/// across rotations: kube-apiserver renames the log and starts a new one every 100 MB
+/// (lumberjack's default size), which a run of thousands of CDTargets passes several times.
 struct AuditTail {
     path: PathBuf,
-    offset: u64,
+    /// The file being read (kept open: after a rotation it is the renamed one, read to its end).
+    file: fs::File,
+    inode: u64,
     rest: Vec<u8>,
+    rotations: usize,
 }
 
 impl AuditTail {
     fn at_end(path: PathBuf) -> AuditTail {
-        let offset = fs::metadata(&path).map_or(0, |meta| meta.len());
-        AuditTail { path, offset, rest: Vec::new() }
+        let mut file = fs::File::open(&path).expect("open the audit log");
+        file.seek(io::SeekFrom::End(0)).expect("seek to the end of the audit log");
+        let inode = file.metadata().expect("the audit log's metadata").ino();
+        AuditTail { path, file, inode, rest: Vec::new(), rotations: 0 }
     }
 
     /// Calls `each` for every event appended since the last call.
     fn read_new(&mut self, mut each: impl FnMut(&AuditEvent)) {
-        let Ok(mut file) = fs::File::open(&self.path) else { return };
-        if file.seek(io::SeekFrom::Start(self.offset)).is_err() {
-            return;
+        loop {
+            self.drain(&mut each);
+            let renamed = fs::metadata(&self.path).is_ok_and(|meta| meta.ino() != self.inode);
+            if !renamed {
+                return;
+            }
+            // What was appended between the read above and the rename.
+            self.drain(&mut each);
+            let Ok(file) = fs::File::open(&self.path) else { return };
+            self.inode = file.metadata().map_or(0, |meta| meta.ino());
+            self.file = file;
+            self.rotations += 1;
         }
+    }
+
+    /// Reads the open file to its end.
+    fn drain(&mut self, each: &mut impl FnMut(&AuditEvent)) {
         let mut chunk = vec![0; 8 << 20];
         loop {
-            let n = match file.read(&mut chunk) {
+            let n = match self.file.read(&mut chunk) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            self.offset += n as u64;
             self.rest.extend_from_slice(&chunk[..n]);
             if let Some(end) = self.rest.iter().rposition(|&byte| byte == b'\n') {
                 let lines: Vec<u8> = self.rest.drain(..=end).collect();
@@ -853,6 +915,37 @@ impl AuditTail {
                     each(&event);
                 }
             }
+        }
+    }
+
+    /// Calls `step` now and each time a file of the log's directory changes (inotify on the
+    /// directory, which also sees a rotation; no timer) until it returns true, at most `within`;
+    /// whether it did.
+    fn until(&mut self, within: Duration, mut step: impl FnMut(&mut AuditTail) -> bool) -> bool {
+        use rustix::fs::inotify;
+        let dir = self.path.parent().expect("the audit log's directory").to_path_buf();
+        let changed =
+            inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).expect("an inotify instance");
+        let flags = inotify::WatchFlags::MODIFY | inotify::WatchFlags::CREATE | inotify::WatchFlags::MOVED_TO;
+        inotify::add_watch(&changed, &dir, flags).unwrap_or_else(|e| panic!("a watch of {}: {e}", dir.display()));
+        let deadline = Instant::now() + within;
+        loop {
+            if step(self) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let timeout = rustix::time::Timespec::try_from(left).expect("a timeout");
+            let mut ready = [rustix::event::PollFd::new(&changed, rustix::event::PollFlags::IN)];
+            match rustix::event::poll(&mut ready, Some(&timeout)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => panic!("waiting for the audit log: {e}"),
+            }
+            // Drain the notifications; the log is read again above either way.
+            let mut buffer = [0u8; 4096];
+            while rustix::io::read(&changed, &mut buffer).is_ok_and(|n| n > 0) {}
         }
     }
 }
@@ -1109,6 +1202,20 @@ fn status_kib(status: &str, field: &str) -> Option<f64> {
         .lines()
         .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The resident set of `pid` now, by kind, and its thread count.
+fn resident(pid: u32) -> String {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mib = |field: &str| status_kib(&status, field).map_or_else(|| "?".into(), |kib| format!("{:.1}", kib / 1024.0));
+    let threads = status.lines().find_map(|line| line.strip_prefix("Threads:")).unwrap_or("?").trim().to_owned();
+    format!(
+        "resident {} MiB = anonymous {} + files {} + shared {}; {threads} threads",
+        mib("VmRSS:"),
+        mib("RssAnon:"),
+        mib("RssFile:"),
+        mib("RssShmem:")
+    )
 }
 
 /// Whether `pid` runs (not gone, not a zombie).
