@@ -345,13 +345,14 @@ async fn fixing_the_spec_after_a_stall_brings_ready_back() {
 
 #[tokio::test]
 async fn an_event_is_recorded_when_ready_changes_and_not_on_a_resync() {
+    use cdtarget::controller::events::EventSink;
     use k8s_openapi::api::events::v1::Event;
-    use kube::runtime::events::{Recorder, Reporter};
+    use kube::runtime::events::Reporter;
 
     let cluster = cluster_with_target(true).await;
     let reporter = Reporter { controller: "cdtarget".into(), instance: Some("test".into()) };
     let mut context = (*cluster.context()).clone();
-    context.recorder = Some(Recorder::new(cluster.client.clone(), reporter));
+    context.recorder = Some(EventSink::new(cluster.client.clone(), reporter));
     let context = std::sync::Arc::new(context);
     let reconcile = || async {
         let target = cluster.target().await;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cdtarget::api::CDTarget;
 use cdtarget::api::tenant_repository::{GitLabSpec, TenantRepository, webhook_path};
 use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
+use cdtarget::controller::events::EventSink;
 use cdtarget::controller::tenant_repository;
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, conditions};
 use cdtarget::fixtures::{self, SecretFixture, env_from_secret};
@@ -16,7 +17,7 @@ use cdtarget::gitlab::Settings as GitLabSettings;
 use cdtarget::gitlab::{self, ClientConfig, GitLabClient, RetryPolicy, keys};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 
 use crate::common::HttpGit;
 use crate::common::fake_gitlab::{BOT_TOKEN, FakeGitLab};
@@ -77,7 +78,7 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     gitlab.add_project("team-a/app");
 
     let recorder =
-        Recorder::new(client.clone(), Reporter { controller: "cdtarget".into(), instance: Some("test".into()) });
+        EventSink::new(client.clone(), Reporter { controller: "cdtarget".into(), instance: Some("test".into()) });
     let mut repo_ctx = (*fixture.context()).clone();
     repo_ctx.recorder = Some(recorder.clone());
     repo_ctx.gitlab = Some(settings(&gitlab, BOT_TOKEN));

@@ -139,20 +139,39 @@ impl fmt::Display for Identity {
     }
 }
 
+/// What the tenant identities are read from, per registration: the namespace it applies into
+/// and the ServiceAccount it impersonates there (all a CDTarget reconcile keeps of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registered {
+    /// `spec.targetNamespace`.
+    pub target_namespace: String,
+    /// `spec.serviceAccountName`.
+    pub service_account_name: String,
+}
+
+impl From<&TenantRepository> for Registered {
+    fn from(repo: &TenantRepository) -> Self {
+        Registered {
+            target_namespace: repo.spec.target_namespace.clone(),
+            service_account_name: repo.spec.service_account_name.clone(),
+        }
+    }
+}
+
 /// The tenant identities of `namespace`: the ServiceAccount of every registration applying into
 /// it; when there is none, `default` (the controller's `--default-tenant-service-account`) in
 /// that namespace; when that is not set either, nobody (only the ServiceAccount-token rule
 /// applies then).
 pub fn tenant_identities<'a>(
     namespace: &str,
-    registrations: impl IntoIterator<Item = &'a TenantRepository>,
+    registrations: impl IntoIterator<Item = &'a Registered>,
     default: Option<&str>,
 ) -> Vec<Identity> {
     let of = |name: &str| Identity { namespace: namespace.to_owned(), name: name.to_owned() };
     let registered: BTreeSet<Identity> = registrations
         .into_iter()
-        .filter(|repo| repo.spec.target_namespace == namespace)
-        .map(|repo| of(&repo.spec.service_account_name))
+        .filter(|registered| registered.target_namespace == namespace)
+        .map(|registered| of(&registered.service_account_name))
         .collect();
     if registered.is_empty() {
         default.filter(|d| !d.is_empty()).map(of).into_iter().collect()
@@ -425,8 +444,11 @@ mod tests {
         let registration = |target: &str, sa: &str| {
             TenantRepository::test().with_name("r").target_namespace(target).service_account(sa)
         };
-        let registrations =
-            [registration("team-a", "deployer"), registration("team-a", "ci"), registration("team-b", "x")];
+        let registrations: Vec<Registered> =
+            [registration("team-a", "deployer"), registration("team-a", "ci"), registration("team-b", "x")]
+                .iter()
+                .map(Registered::from)
+                .collect();
         let names = |ids: Vec<Identity>| ids.into_iter().map(|i| i.user()).collect::<Vec<_>>();
         assert_eq!(
             names(tenant_identities("team-a", &registrations, Some("cdtarget-tenant"))),

@@ -77,7 +77,7 @@ pub struct Context {
     /// re-checked while running.
     pub keda: Keda,
     /// Records Events on state changes (none in tests that do not look at them).
-    pub recorder: Option<kube::runtime::events::Recorder>,
+    pub recorder: Option<super::events::EventSink>,
     /// Who the tenant of a namespace is, for what a CDTarget may hand its agents ([`borrowed`]).
     pub tenants: Tenants,
     /// When a CDTarget whose children are in place is checked again ([`RESYNC`] by default).
@@ -120,7 +120,7 @@ impl Context {
     }
 
     /// Records Events through `recorder`.
-    pub fn with_recorder(mut self, recorder: kube::runtime::events::Recorder) -> Self {
+    pub fn with_recorder(mut self, recorder: super::events::EventSink) -> Self {
         self.recorder = Some(recorder);
         self
     }

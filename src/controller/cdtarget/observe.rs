@@ -3,7 +3,7 @@
 //! of the API server with SubjectAccessReviews). Reads only; the decision is [`super::plan`].
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -95,11 +95,17 @@ pub struct Tenants {
     /// (`--default-tenant-service-account`); `None`: only the ServiceAccount-token rule applies
     /// there.
     pub default_service_account: Option<String>,
-    registrations: Arc<Mutex<Option<Listed>>>,
+    /// Held while a list is under way, so that the reconciles that find it stale wait for one
+    /// list instead of each sending their own.
+    registrations: Arc<tokio::sync::Mutex<Option<Listed>>>,
 }
 
-/// The registrations as listed, and when.
-type Listed = (Instant, Arc<Vec<TenantRepository>>);
+/// What the registrations said, as listed, and when.
+type Listed = (Instant, Arc<Vec<borrowed::Registered>>);
+
+/// Registrations per page of the list: only a page of whole objects (status, managed fields) is
+/// in memory at a time, the rest is kept as [`borrowed::Registered`].
+const PAGE: u32 = 200;
 
 /// How long a list of the registrations serves the CDTarget reconciles: one list per this
 /// period instead of one per reconcile (a thousand registrations times ten thousand CDTargets).
@@ -121,22 +127,82 @@ impl Tenants {
         Ok(borrowed::tenant_identities(namespace, registrations.iter(), self.default_service_account.as_deref()))
     }
 
-    async fn registrations(&self, client: &Client, platform: &str) -> Result<Arc<Vec<TenantRepository>>, Error> {
-        let fresh = |read: &Option<Listed>| {
-            read.as_ref().filter(|(at, _)| at.elapsed() < REGISTRATIONS_TTL).map(|(_, list)| list.clone())
-        };
-        if let Some(list) = fresh(&self.registrations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {
-            return Ok(list);
+    async fn registrations(&self, client: &Client, platform: &str) -> Result<Arc<Vec<borrowed::Registered>>, Error> {
+        let mut listed = self.registrations.lock().await;
+        if let Some((at, list)) = listed.as_ref()
+            && at.elapsed() < REGISTRATIONS_TTL
+        {
+            return Ok(list.clone());
         }
         let api: Api<TenantRepository> = Api::namespaced(client.clone(), platform);
-        let listed = api.list(&ListParams::default()).await.map_err(|source| Error::Read {
-            kind: "TenantRepository",
-            name: format!("{platform}/*"),
-            source,
-        })?;
-        let list = Arc::new(listed.items);
-        *self.registrations.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((Instant::now(), list.clone()));
+        let mut registered = Vec::new();
+        let mut params = ListParams::default().limit(PAGE);
+        loop {
+            let page = api.list(&params).await.map_err(|source| Error::Read {
+                kind: "TenantRepository",
+                name: format!("{platform}/*"),
+                source,
+            })?;
+            registered.extend(page.items.iter().map(borrowed::Registered::from));
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        let list = Arc::new(registered);
+        *listed = Some((Instant::now(), list.clone()));
         Ok(list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A client whose API server answers every request with the page of registrations the
+    /// request's `continue` token asks for (`team-a`'s first, then `team-b`'s), recording the
+    /// request URIs.
+    fn paging_server(requests: Arc<Mutex<Vec<String>>>) -> Client {
+        let page = |target: &str, next: Option<&str>| {
+            let repo = TenantRepository::test().with_name(target).target_namespace(target).service_account("deployer");
+            serde_json::json!({
+                "apiVersion": "cdtarget.io/v1alpha1",
+                "kind": "TenantRepositoryList",
+                "metadata": {"continue": next.unwrap_or_default()},
+                "items": [repo],
+            })
+        };
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let uri = request.uri().to_string();
+            requests.lock().unwrap().push(uri.clone());
+            let body = if uri.contains("continue=rest") { page("team-b", None) } else { page("team-a", Some("rest")) };
+            async move {
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    serde_json::to_vec(&body).unwrap(),
+                )))
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn concurrent_reconciles_share_one_paged_list_of_the_registrations() {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let client = paging_server(requests.clone());
+        let tenants = Tenants::default();
+        let (a, b) = tokio::join!(
+            tenants.of(&client, "cdtarget-system", "team-a"),
+            tenants.of(&client, "cdtarget-system", "team-b")
+        );
+        let users = |ids: Vec<borrowed::Identity>| ids.iter().map(borrowed::Identity::user).collect::<Vec<_>>();
+        assert_eq!(users(a.unwrap()), ["system:serviceaccount:team-a:deployer"]);
+        assert_eq!(users(b.unwrap()), ["system:serviceaccount:team-b:deployer"]);
+        // One list for both reconciles, in two pages.
+        let requests = requests.lock().unwrap().clone();
+        assert_eq!(requests.len(), 2, "{requests:?}");
+        assert!(requests.iter().all(|uri| uri.contains(&format!("limit={PAGE}"))), "{requests:?}");
+        assert!(requests[1].contains("continue=rest"), "{requests:?}");
     }
 }

@@ -26,6 +26,7 @@ use super::watches::{
 };
 use crate::api::{CDTarget, TenantRepository};
 use crate::apply::Writer;
+use crate::controller::events::EventSink;
 use crate::controller::inputs::{Keda, PolicySource};
 use crate::controller::{cdtarget, tenant_repository};
 use crate::gitlab;
@@ -81,7 +82,7 @@ pub struct Builder {
     sources: Sources,
     gitlab: Option<gitlab::Settings>,
     writer: Option<Writer>,
-    recorder: Option<kube::runtime::events::Recorder>,
+    recorder: Option<EventSink>,
     state: Arc<State>,
     receiver: Option<Arc<webhook::Receiver>>,
 }
@@ -123,7 +124,7 @@ impl Builder {
     }
 
     /// Records Events through `recorder`.
-    pub fn with_recorder(mut self, recorder: kube::runtime::events::Recorder) -> Self {
+    pub fn with_recorder(mut self, recorder: EventSink) -> Self {
         self.recorder = Some(recorder);
         self
     }

@@ -244,7 +244,7 @@ async fn reconcile_until_stopped(
         .with_observer(Arc::new(move |result, duration| fetch_metrics.metrics.observe_fetch(result, duration)));
 
     let instance = args.identity.clone().or_else(lease::host_name);
-    let recorder = kube::runtime::events::Recorder::new(
+    let recorder = crate::controller::events::EventSink::new(
         client.clone(),
         kube::runtime::events::Reporter { controller: "cdtarget".into(), instance },
     );

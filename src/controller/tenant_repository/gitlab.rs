@@ -38,7 +38,7 @@ pub struct Inputs<'a> {
     /// The Secrets of the registration's namespace, read once per reconcile.
     pub secrets: &'a SecretReads,
     /// Records the Event of a skipped clean-up.
-    pub recorder: Option<&'a kube::runtime::events::Recorder>,
+    pub recorder: Option<&'a events::EventSink>,
 }
 
 /// A read or write in the cluster that the step needed and that failed.

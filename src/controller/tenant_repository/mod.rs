@@ -83,7 +83,7 @@ pub struct Context {
     /// Bounds on the YAML read from a repository.
     pub manifest_limits: manifests::Limits,
     /// Records Events on state changes (none in tests that do not look at them).
-    pub recorder: Option<kube::runtime::events::Recorder>,
+    pub recorder: Option<super::events::EventSink>,
     /// Told what a reconcile did, for metrics.
     pub observer: Option<ApplyObserver>,
     /// The GitLab syncer's settings; `None` when the controller runs without `--gitlab-url`
@@ -137,7 +137,7 @@ impl Context {
     }
 
     /// Records Events through `recorder`.
-    pub fn with_recorder(mut self, recorder: kube::runtime::events::Recorder) -> Self {
+    pub fn with_recorder(mut self, recorder: super::events::EventSink) -> Self {
         self.recorder = Some(recorder);
         self
     }

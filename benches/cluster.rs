@@ -1,0 +1,1318 @@
+//! The controller on a real API server: `cdtarget controller` as shipped against the control plane
+//! of the cluster tests (etcd, kube-apiserver, kube-controller-manager from `hack/control-plane/`),
+//! with many registrations served by one `git daemon`.
+//!
+//! ```text
+//! cargo bench --bench cluster                                     # 1,000 registrations × 10 CDTargets
+//! cargo bench --bench cluster -- --registrations 20 --targets 10
+//! CDTARGET_BENCH_REGISTRATIONS=100 cargo bench --bench cluster
+//! ```
+//!
+//! What it does, in order:
+//!
+//! 1. generates one repository per registration (`--targets` CDTargets in files of five under
+//!    `deploy/`, as `benches/controller.rs` does) and serves them all with one `git daemon`;
+//! 2. starts a control plane of its own and installs `deploy/` and KEDA's CRDs with the kit of the
+//!    cluster tests (`tests/common/cluster.rs`: `install`, i.e. `kubectl apply -k deploy/`);
+//! 3. onboards every tenant with one multi-document `kubectl apply --server-side -f`: per tenant
+//!    the Namespace, ServiceAccount, Role and RoleBinding of `examples/platform/tenant-rbac.yaml`,
+//!    the `azp-token` Secret and the TenantRepository (interval 1h, so that no scheduled poll falls
+//!    into a measured window); the example's cluster-wide admission policies once, before;
+//! 4. starts `cdtarget controller` as a process with a token of deploy/'s ServiceAccount
+//!    (`Controller::start`), with the environment `deploy/deployment.yaml` gives it
+//!    (`MALLOC_ARENA_MAX=2`, the Git budgets);
+//! 5. **first pass**: waits (watches of the CDTargets and of the four child kinds, as the admin)
+//!    until every CDTarget has its NetworkPolicy, Deployment, ScaledObject and
+//!    TriggerAuthentication and a status for its generation, then until the audit log holds the
+//!    status write of every CDTarget; then until the controller goes quiet (no request but
+//!    watches and Lease renewals for 5 s, at most 60 s);
+//! 6. **no-op poll**: `cdtarget.io/requestedAt` on every registration (`kubectl annotate --all`),
+//!    until the audit log shows each registration's drift reads (a GET of each of its CDTargets,
+//!    as its tenant: the last requests of an unchanged poll);
+//! 7. **no-op re-render**: the policy ConfigMap created with the documented defaults written out
+//!    (`policy.yaml: {}`), which makes both controllers reconcile everything again, until the
+//!    audit log shows every registration's drift reads and every CDTarget's read of its
+//!    ScaledObject (the last request of a CDTarget reconcile that changes nothing).
+//!
+//! For each window it prints the controller's requests from the audit log by verb and resource
+//! (SubjectAccessReview creates and Lease renewals apart from the writes), the reconciles and Git
+//! fetches from the controller's `/metrics`, and the CPU time of kube-apiserver, etcd and the
+//! controller (`utime + stime` from `/proc/<pid>/stat`, before and after). The controller's
+//! resident set is sampled every second and its peak (`VmHWM`) read at the end. Nothing here
+//! asserts on time; it prints the figures, the goals, and the ratios to the fake-server figures of
+//! `benches/controller.rs` where they are the same quantity.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::env;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, Read as _, Seek as _};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cdtarget::api::CDTarget;
+use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use futures::stream::BoxStream;
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, Resource};
+
+use common::cluster::{CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, install, keda_crds_dir, path_str};
+use common::control_plane::{AuditEvent, parse_audit_log};
+use common::process::find_on_path;
+use common::{ControlPlane, GitDaemon, HarnessError, Upstream, skip_or_fail};
+
+/// Peak memory goal of the issue, MiB.
+const MEMORY_GOAL_MIB: f64 = 150.0;
+/// The tenant ServiceAccount of `examples/platform/tenant-rbac.yaml`.
+const TENANT_SERVICE_ACCOUNT: &str = "cdtarget-tenant";
+/// The token Secret every CDTarget references.
+const TOKEN: &str = "azp-token";
+/// CDTarget documents per file in a generated repository.
+const DOCS_PER_FILE: usize = 5;
+/// The registrations' poll interval: long, so that only the triggered polls are measured.
+const INTERVAL: &str = "1h";
+/// How long the first pass may take before the benchmark gives up.
+const CONVERGE_WITHIN: Duration = Duration::from_secs(3 * 60 * 60);
+/// How long a no-op window may take before the benchmark gives up.
+const NO_OP_WITHIN: Duration = Duration::from_secs(60 * 60);
+/// Silence (no request but watches and Lease renewals) that counts as the controller being done.
+const QUIET: Duration = Duration::from_secs(5);
+/// The longest wait for that silence; the periodic resyncs of a large fleet may never leave one.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(60);
+/// The label the controller puts on every child it writes.
+const CHILDREN: &str = "app.kubernetes.io/managed-by=cdtarget";
+
+/// The same quantities as measured by `benches/controller.rs` on kube-fake-client at 1,000 × 10
+/// (docs/performance.md, "Controller"), for the ratios.
+mod fake {
+    /// Wall time of the first pass (both phases), s.
+    pub const FIRST_PASS_S: f64 = 26.6;
+    /// Wall time of the no-op pass (both phases), s.
+    pub const NO_OP_PASS_S: f64 = 15.1;
+    /// Requests per registration in the first pass, and the writes among them.
+    pub const REGISTRATION_FIRST: (f64, f64) = (12.0, 11.0);
+    /// Requests per registration in the no-op pass, and the writes among them.
+    pub const REGISTRATION_NO_OP: (f64, f64) = (11.0, 0.0);
+    /// Requests per CDTarget in the first pass, and the writes among them.
+    pub const TARGET_FIRST: (f64, f64) = (11.0, 5.0);
+    /// Requests per CDTarget in the no-op pass, and the writes among them.
+    pub const TARGET_NO_OP: (f64, f64) = (6.0, 0.0);
+    /// Peak resident set of the controller process, MiB.
+    pub const PEAK_MIB: f64 = 116.5;
+}
+
+fn main() {
+    let options = Options::parse(&env::args().skip(1).collect::<Vec<_>>());
+    // Before any thread exists: the controller process inherits what deploy/ gives it.
+    let deployment_env = deployment_env();
+    set_env(&deployment_env);
+    if let Err(e) = run(options, &deployment_env) {
+        eprintln!("cluster bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The size of the fleet.
+#[derive(Clone, Copy)]
+struct Options {
+    registrations: usize,
+    targets: usize,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Options {
+        let env_num = |name: &str, default: usize| env::var(name).ok().map_or(default, |v| number(&v));
+        let mut options = Options {
+            registrations: env_num("CDTARGET_BENCH_REGISTRATIONS", 1_000),
+            targets: env_num("CDTARGET_BENCH_TARGETS", 10),
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value"))).clone();
+            match arg.as_str() {
+                "--bench" => {} // passed by `cargo bench`
+                "--registrations" => options.registrations = number(&value()),
+                "--targets" => options.targets = number(&value()),
+                other if other.starts_with('-') => usage(&format!("unknown option {other}")),
+                _ => {} // a name filter given to `cargo bench`: there is only one benchmark
+            }
+        }
+        options
+    }
+
+    fn cdtargets(&self) -> usize {
+        self.registrations * self.targets
+    }
+
+    /// The shape `benches/controller.rs` was measured at.
+    fn is_fake_shape(&self) -> bool {
+        self.registrations == 1_000 && self.targets == 10
+    }
+}
+
+fn number(text: &str) -> usize {
+    text.trim()
+        .replace('_', "")
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| usage(&format!("`{text}` is not a positive number (write 1000 or 1_000)")))
+}
+
+fn usage(message: &str) -> ! {
+    eprintln!("cluster bench: {message}\nusage: cargo bench --bench cluster -- [--registrations 1000] [--targets 10]");
+    std::process::exit(2)
+}
+
+/// The literal environment variables of the controller container in `deploy/deployment.yaml`
+/// (`HOME` aside: it points at the pod's /tmp volume).
+fn deployment_env() -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/deployment.yaml");
+    let text = fs::read_to_string(&path).expect("read deploy/deployment.yaml");
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("parse deploy/deployment.yaml");
+    let deployment =
+        documents.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment in deploy/deployment.yaml");
+    let env = deployment.pointer("/spec/template/spec/containers/0/env").and_then(|e| e.as_array());
+    env.into_iter()
+        .flatten()
+        .filter_map(|entry| Some((entry["name"].as_str()?.to_owned(), entry["value"].as_str()?.to_owned())))
+        .filter(|(name, _)| name != "HOME")
+        .collect()
+}
+
+#[allow(unsafe_code)] // `set_var` is unsafe in edition 2024; `[lints]` denies unsafe code, src/ forbids it
+fn set_env(variables: &[(String, String)]) {
+    for (name, value) in variables {
+        // SAFETY: called first thing in `main`, before this process starts any thread, so
+        // nothing reads the environment concurrently.
+        unsafe { env::set_var(name, value) };
+    }
+}
+
+// === the run ===
+
+fn run(options: Options, deployment_env: &[(String, String)]) -> Result<(), String> {
+    let Options { registrations, targets } = options;
+    println!("cluster bench: {registrations} registrations × {targets} CDTargets on a real API server");
+    print_machine();
+    let bench = "cluster bench";
+    if find_on_path("kubectl").is_none() {
+        let _ = skip_or_fail::<()>(bench, Err(HarnessError::Unavailable("kubectl is not installed".into())));
+        return Ok(());
+    }
+    let keda = keda_crds_dir();
+    if !keda.is_dir() {
+        let why = format!("KEDA's CRDs are not at {}", keda.display());
+        let _ = skip_or_fail::<()>(bench, Err(HarnessError::Unavailable(why)));
+        return Ok(());
+    }
+
+    let started = Instant::now();
+    let upstream = Upstream::new();
+    generate(&upstream, options);
+    println!("  generated {registrations} repositories in {:.1} s", started.elapsed().as_secs_f64());
+    let daemon = GitDaemon::start(&upstream.root());
+
+    let Some(cluster) = skip_or_fail(bench, ControlPlane::start()) else { return Ok(()) };
+    let started = Instant::now();
+    install(&cluster, &keda);
+    println!("  installed deploy/ and KEDA's CRDs in {:.1} s", started.elapsed().as_secs_f64());
+    let started = Instant::now();
+    let objects = onboard(&cluster, &daemon, registrations);
+    println!(
+        "  onboarded {registrations} tenants ({objects} objects, one kubectl apply) in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let env: Vec<String> = deployment_env.iter().map(|(name, value)| format!("{name}={value}")).collect();
+    println!("  controller environment from deploy/deployment.yaml: {}", env.join(" "));
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let result = runtime.block_on(measure(&cluster, options));
+    println!("  git daemon connections: {}", daemon.connections());
+    // The controller is gone (dropped in `measure`); the daemon, then the control plane.
+    drop(daemon);
+    drop(cluster);
+    result
+}
+
+/// Machine, control-plane pin and controller build.
+fn print_machine() {
+    let cpus = thread::available_parallelism().map_or(0, |n| n.get());
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or_else(|| "?".into(), |kib| format!("{:.1} GiB", kib / 1024.0 / 1024.0));
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .map_or("?", |m| m.trim_start_matches([' ', '\t', ':']));
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!(
+        "  machine: {cpus} CPUs ({model}), {memory} RAM, Linux {}, load average {}",
+        kernel.trim(),
+        load_average()
+    );
+    let version = Command::new(env!("CARGO_BIN_EXE_cdtarget")).arg("--version").output();
+    let version = version.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default();
+    let commit = common::git(Path::new(env!("CARGO_MANIFEST_DIR")), &["rev-parse", "--short", "HEAD"]);
+    let dirty = !common::git(Path::new(env!("CARGO_MANIFEST_DIR")), &["status", "--porcelain", "--untracked-files=no"])
+        .is_empty();
+    let profile =
+        if cfg!(debug_assertions) { "a debug build: not what users run" } else { "optimised (the bench profile)" };
+    println!(
+        "  controller: {version} at commit {commit}{}, {profile}",
+        if dirty { " with uncommitted changes" } else { "" }
+    );
+}
+
+/// `/proc/loadavg`'s three averages.
+fn load_average() -> String {
+    let text = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// Creates `registrations` repositories `tenant-N.git`, each with `targets` CDTargets in files of
+/// [`DOCS_PER_FILE`] documents under `deploy/`, on as many threads as there are CPUs.
+fn generate(upstream: &Upstream, options: Options) {
+    let threads = thread::available_parallelism().map_or(4, |n| n.get()).min(16);
+    thread::scope(|scope| {
+        for worker in 0..threads {
+            scope.spawn(move || {
+                for i in (worker..options.registrations).step_by(threads) {
+                    let repo = upstream.create(&format!("tenant-{i}.git"));
+                    let files: Vec<(String, String)> = (0..options.targets)
+                        .collect::<Vec<_>>()
+                        .chunks(DOCS_PER_FILE)
+                        .enumerate()
+                        .map(|(file, chunk)| {
+                            let docs: Vec<String> = chunk.iter().map(|&t| cdtarget_yaml(i, t)).collect();
+                            (format!("deploy/agents-{file}.yaml"), docs.join("---\n"))
+                        })
+                        .collect();
+                    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+                    repo.commit_and_push(&files, "agents");
+                }
+            });
+        }
+    });
+}
+
+/// A CDTarget valid under the default policy (the shape of `benches/controller.rs`).
+fn cdtarget_yaml(repo: usize, target: usize) -> String {
+    let ip = format!("10.{}.{}.{}", repo / 250 % 250, repo % 250, target % 250 + 1);
+    format!(
+        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: agents-{target}\nspec:\n  \
+         ip: [\"{ip}\", \"192.168.{}.0/24\"]\n  agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: {TOKEN}\n  \
+         minReplicaCount: 1\n  maxReplicaCount: 5\n  config:\n    url: https://dev.azure.com/acme\n    \
+         poolName: pool-{target}\n",
+        target % 250
+    )
+}
+
+/// Onboards `tenant-0` .. `tenant-{n-1}`: the example's cluster-wide admission policies once, then
+/// one multi-document apply of every tenant's objects. Returns how many objects that apply held.
+fn onboard(cluster: &ControlPlane, daemon: &GitDaemon, registrations: usize) -> usize {
+    let example = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/platform/tenant-rbac.yaml"))
+        .expect("read examples/platform/tenant-rbac.yaml");
+    let documents: Vec<&str> = example.split("\n---\n").collect();
+    let kind_of = |document: &str| {
+        document.lines().find_map(|line| line.strip_prefix("kind: ")).map(str::trim).unwrap_or_default().to_owned()
+    };
+    let per_tenant = ["Namespace", "ServiceAccount", "Role", "RoleBinding"];
+    let (tenant_documents, cluster_wide): (Vec<&str>, Vec<&str>) =
+        documents.into_iter().partition(|document| per_tenant.contains(&kind_of(document).as_str()));
+    assert_eq!(tenant_documents.len(), per_tenant.len(), "the tenant documents of tenant-rbac.yaml");
+
+    let dir = cluster.dir().join("onboarding");
+    fs::create_dir_all(&dir).expect("onboarding directory");
+    let policies = dir.join("admission-policies.yaml");
+    fs::write(&policies, cluster_wide.join("\n---\n")).expect("write the admission policies");
+    cluster.kubectl(&["apply", "-f", path_str(&policies)]).success();
+
+    let mut all = String::new();
+    let mut objects = 0;
+    for i in 0..registrations {
+        let ns = format!("tenant-{i}");
+        for document in &tenant_documents {
+            let _ = write!(all, "{}\n---\n", document.replace("team-payments", &ns));
+        }
+        let _ = write!(
+            all,
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {TOKEN}\n  namespace: {ns}\nstringData:\n  AZP_TOKEN: not-a-real-pat-{i}\n---\n\
+             apiVersion: cdtarget.io/v1alpha1\nkind: TenantRepository\nmetadata:\n  name: {ns}\n  namespace: {PLATFORM_NAMESPACE}\nspec:\n  \
+             url: {url}\n  ref:\n    branch: main\n  path: deploy\n  interval: {INTERVAL}\n  targetNamespace: {ns}\n  \
+             serviceAccountName: {TENANT_SERVICE_ACCOUNT}\n  prune: true\n---\n",
+            url = daemon.url(&format!("tenant-{i}.git"))
+        );
+        objects += tenant_documents.len() + 2;
+    }
+    let file = dir.join("tenants.yaml");
+    fs::write(&file, all).expect("write the tenants");
+    // Server-side: one request per object (client-side apply reads each first).
+    cluster.kubectl(&["apply", "--server-side", "-f", path_str(&file)]).success();
+    objects
+}
+
+// === the measurement ===
+
+async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String> {
+    let client = cluster.admin_client().await;
+    let version = client.apiserver_version().await.map_err(|e| format!("GET /version: {e}"))?;
+    println!(
+        "  Kubernetes {} (kube-apiserver, kube-controller-manager, etcd of hack/control-plane)",
+        version.git_version
+    );
+    let pids = cluster.pids();
+    let (etcd, apiserver) = (pids[0], pids[1]);
+    let mut audit = AuditTail::at_end(cluster.audit_log());
+
+    let before = Usage::now(apiserver, etcd, None);
+    let mut controller = Controller::start(cluster, "cdtarget-bench", &[]).await;
+    let started = Instant::now();
+    let pid = controller.pid();
+    let memory = Arc::new(Mutex::new(Memory::default()));
+    let (exited_tx, exited) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(sample_memory(pid, memory.clone(), exited_tx));
+    let metrics_address = controller.metrics_address();
+    println!("  controller started (pid {pid}); waiting for the first pass");
+
+    // 1. The first pass.
+    let mut first = FirstPass::default();
+    let converging = converge(client.clone(), options, started, exited, &memory, &mut audit, &mut first);
+    let outcome = tokio::time::timeout(CONVERGE_WITHIN, converging).await;
+    let converged_at = started.elapsed();
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => return Err(format!("{why}\n{}", log_tail(controller.log()))),
+        Err(_) => return Err(format!("not converged within {CONVERGE_WITHIN:?}\n{}", log_tail(controller.log()))),
+    }
+    let logged = tokio::task::block_in_place(|| {
+        audit.until(Duration::from_secs(120), |audit| {
+            audit.read_new(|event| first.add(event));
+            first.statuses.len() >= options.cdtargets()
+        })
+    });
+    if !logged {
+        return Err(format!(
+            "the audit log holds the status write of {} of {} CDTargets after 120 s ({} rotations followed)",
+            first.statuses.len(),
+            options.cdtargets(),
+            audit.rotations
+        ));
+    }
+    let first = first.window;
+    let after_first = Usage::now(apiserver, etcd, Some(pid));
+    let first_metrics = scrape(metrics_address).await;
+    let memory_after_first = format!("{}; {}", memory.lock().unwrap().describe(), resident(pid));
+    println!();
+    report_window(
+        "first pass: controller start → every CDTarget has its four children and its status",
+        &first,
+        converged_at,
+        &before.until(&after_first),
+        &Metrics::default().delta(&first_metrics),
+        options,
+    );
+    println!("    controller memory: {memory_after_first}");
+
+    // 2. Settle: the trailing reconciles and Events of the first pass.
+    let settle_started = Instant::now();
+    let mut settle = Window::default();
+    let quiet = settle_quietly(&mut audit, &mut settle).await;
+    let settled = Usage::now(apiserver, etcd, Some(pid));
+    let settled_metrics = scrape(metrics_address).await;
+    println!();
+    report_window(
+        &format!(
+            "after the first pass, until {}",
+            if quiet {
+                format!("{} s without a request but watches and Lease renewals", QUIET.as_secs())
+            } else {
+                format!("{} s had passed (never quiet that long: periodic resyncs)", SETTLE_AT_MOST.as_secs())
+            }
+        ),
+        &settle,
+        settle_started.elapsed(),
+        &after_first.until(&settled),
+        &first_metrics.delta(&settled_metrics),
+        options,
+    );
+
+    // 3. The no-op poll of every registration.
+    let poll_started = Instant::now();
+    let mut poll = Window::default();
+    let mut polled = DriftReads::default();
+    tokio::task::block_in_place(|| {
+        cluster
+            .kubectl(&[
+                "annotate",
+                "tenantrepositories",
+                "--all",
+                "-n",
+                PLATFORM_NAMESPACE,
+                "cdtarget.io/requestedAt=bench-no-op-poll",
+                "--overwrite",
+            ])
+            .success();
+        audit.until(NO_OP_WITHIN, |audit| {
+            audit.read_new(|event| {
+                poll.add(event);
+                polled.add(event);
+            });
+            polled.done(options)
+        })
+    });
+    if !polled.done(options) {
+        return Err(format!("no-op poll: {} within {NO_OP_WITHIN:?}", polled.describe(options)));
+    }
+    let polled_usage = Usage::now(apiserver, etcd, Some(pid));
+    let polled_metrics = scrape(metrics_address).await;
+    println!();
+    report_window(
+        "no-op poll: `cdtarget.io/requestedAt` on every registration (kubectl annotate --all) → every registration's drift reads",
+        &poll,
+        poll_started.elapsed(),
+        &settled.until(&polled_usage),
+        &settled_metrics.delta(&polled_metrics),
+        options,
+    );
+
+    // 4. The no-op re-render of everything.
+    let render_started = Instant::now();
+    let mut render = Window::default();
+    let mut rendered = DriftReads::default();
+    tokio::task::block_in_place(|| {
+        let file = cluster.dir().join("onboarding/policy.yaml");
+        let policy = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cdtarget-policy\n  namespace: {PLATFORM_NAMESPACE}\ndata:\n  policy.yaml: \"{{}}\"\n"
+        );
+        fs::write(&file, policy).expect("write the policy ConfigMap");
+        cluster.kubectl(&["apply", "-f", path_str(&file)]).success();
+        audit.until(NO_OP_WITHIN, |audit| {
+            audit.read_new(|event| {
+                render.add(event);
+                rendered.add(event);
+            });
+            rendered.done(options) && rendered.targets_done(options)
+        })
+    });
+    if !(rendered.done(options) && rendered.targets_done(options)) {
+        return Err(format!("no-op re-render: {} within {NO_OP_WITHIN:?}", rendered.describe(options)));
+    }
+    let rendered_usage = Usage::now(apiserver, etcd, Some(pid));
+    let rendered_metrics = scrape(metrics_address).await;
+    println!();
+    report_window(
+        "no-op re-render: the policy ConfigMap created with the defaults written out (`policy.yaml: {}`) → every registration's drift reads and every CDTarget's child reads",
+        &render,
+        render_started.elapsed(),
+        &polled_usage.until(&rendered_usage),
+        &polled_metrics.delta(&rendered_metrics),
+        options,
+    );
+
+    // 5. Memory, then the summary.
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let peak = status_kib(&status, "VmHWM:").map(|kib| kib / 1024.0);
+    sampler.abort();
+    let sampled = memory.lock().unwrap().clone();
+    let failures = fs::read_to_string(controller.log())
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains("reconcile failed"))
+        .count();
+    let server_memory = |pid: u32| {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status_kib(&status, "VmHWM:").map_or_else(|| "?".into(), |kib| format!("{:.0} MiB", kib / 1024.0))
+    };
+    println!();
+    println!(
+        "  summary ({} registrations × {} CDTargets, load average now {}):",
+        options.registrations,
+        options.targets,
+        load_average()
+    );
+    println!("    time to converge: {:.1} s", converged_at.as_secs_f64());
+    if options.is_fake_shape() {
+        println!(
+            "      {:.1}x the fake API server's first pass ({:.1} s, benches/controller.rs: reconcilers called directly, 16 at a time)",
+            converged_at.as_secs_f64() / fake::FIRST_PASS_S,
+            fake::FIRST_PASS_S
+        );
+        println!(
+            "      no-op re-render {:.1} s: {:.1}x the fake API server's no-op pass ({:.1} s)",
+            render_started.elapsed().as_secs_f64(),
+            render_started.elapsed().as_secs_f64() / fake::NO_OP_PASS_S,
+            fake::NO_OP_PASS_S
+        );
+    }
+    match peak {
+        Some(peak) => println!(
+            "    controller peak memory (VmHWM): {peak:.1} MiB, goal ≤ {MEMORY_GOAL_MIB} MiB: {}; {:.2}x the fake-server run's {} MiB",
+            if peak <= MEMORY_GOAL_MIB { "met" } else { "NOT met" },
+            peak / fake::PEAK_MIB,
+            fake::PEAK_MIB
+        ),
+        None => println!("    controller peak memory: unreadable (the process is gone)"),
+    }
+    println!("    controller memory sampled every second: {}; {}", sampled.describe(), resident(pid));
+    println!("    audit log rotations followed: {}", audit.rotations);
+    for (name, window) in [("no-op poll", &poll), ("no-op re-render", &render)] {
+        let writes = window.writes();
+        println!(
+            "    writes by the controller in the {name}: {writes} (goal 0: {}); SubjectAccessReviews {}, Lease writes {}",
+            if writes == 0 { "met" } else { "NOT met" },
+            window.reviews(),
+            window.lease_writes()
+        );
+    }
+    println!("    reconcile failures in the controller's log: {failures}");
+    println!("    peak memory of kube-apiserver {}, etcd {}", server_memory(apiserver), server_memory(etcd));
+    controller.kill();
+    Ok(())
+}
+
+/// Waits until every expected CDTarget has its four children and a status for its generation, as
+/// seen by watches of the admin, printing progress at every tenth.
+async fn converge(
+    client: Client,
+    options: Options,
+    started: Instant,
+    mut exited: tokio::sync::watch::Receiver<bool>,
+    memory: &Arc<Mutex<Memory>>,
+    audit: &mut AuditTail,
+    first: &mut FirstPass,
+) -> Result<(), String> {
+    let expected = options.cdtargets();
+    let mut changes = futures::stream::select_all([
+        targets(&client),
+        children::<NetworkPolicy>(&client, NETWORK_POLICY),
+        children::<Deployment>(&client, DEPLOYMENT),
+        children::<ScaledObject>(&client, SCALED_OBJECT),
+        children::<TriggerAuthentication>(&client, TRIGGER_AUTHENTICATION),
+    ]);
+    let mut fleet = Fleet::default();
+    let mut reported = 0;
+    let mut all_applied = false;
+    loop {
+        let change = tokio::select! {
+            _ = exited.wait_for(|exited| *exited) => {
+                return Err(format!("the controller exited; {} of {expected} converged", fleet.converged));
+            }
+            change = changes.next() => change,
+        };
+        let change = match change {
+            None => return Err("the watches ended".into()),
+            Some(Ok(change)) => change,
+            Some(Err(e)) => {
+                eprintln!("  watch error (retried): {e}");
+                continue;
+            }
+        };
+        fleet.apply(change);
+        if !all_applied && fleet.existing >= expected {
+            all_applied = true;
+            println!(
+                "    {:7.1} s  every CDTarget exists (all registrations applied)",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        let tenth = fleet.converged * 10 / expected;
+        if tenth > reported {
+            reported = tenth;
+            // Keep up with the audit log as it grows (hundreds of MB at 10,000 CDTargets).
+            tokio::task::block_in_place(|| audit.read_new(|event| first.add(event)));
+            println!(
+                "    {:7.1} s  {:>3}% converged ({} of {expected}); controller RSS {}; load {}",
+                started.elapsed().as_secs_f64(),
+                tenth * 10,
+                fleet.converged,
+                memory.lock().unwrap().now_mib.map_or_else(|| "?".into(), |mib| format!("{mib:.1} MiB")),
+                load_average()
+            );
+        }
+        if fleet.converged >= expected {
+            let reasons: Vec<String> = fleet.reasons().into_iter().map(|(r, n)| format!("{r} ×{n}")).collect();
+            println!("    status of the CDTargets: {}", reasons.join(", "));
+            return Ok(());
+        }
+    }
+}
+
+/// What converging is judged on, per CDTarget (`namespace`, `name`).
+#[derive(Default)]
+struct Fleet {
+    targets: HashMap<(String, String), Target>,
+    existing: usize,
+    converged: usize,
+}
+
+#[derive(Default)]
+struct Target {
+    exists: bool,
+    /// `Ready=<status> <reason>` once the status describes the CDTarget's generation.
+    ready: Option<String>,
+    /// One bit per child kind present.
+    children: u8,
+}
+
+impl Target {
+    fn converged(&self) -> bool {
+        self.exists && self.ready.is_some() && self.children == ALL_CHILDREN
+    }
+}
+
+const NETWORK_POLICY: u8 = 1;
+const DEPLOYMENT: u8 = 2;
+const SCALED_OBJECT: u8 = 4;
+const TRIGGER_AUTHENTICATION: u8 = 8;
+const ALL_CHILDREN: u8 = NETWORK_POLICY | DEPLOYMENT | SCALED_OBJECT | TRIGGER_AUTHENTICATION;
+
+/// One thing a watch saw.
+enum Change {
+    /// A CDTarget exists (`Some(readiness)`) or is gone (`None`).
+    Target((String, String), Option<Option<String>>),
+    /// A child of the CDTarget named by its owner reference is present or gone.
+    Child((String, String), u8, bool),
+}
+
+impl Fleet {
+    fn apply(&mut self, change: Change) {
+        let key = match &change {
+            Change::Target(key, _) | Change::Child(key, _, _) => key.clone(),
+        };
+        let target = self.targets.entry(key).or_default();
+        let (existed, was) = (target.exists, target.converged());
+        match change {
+            Change::Target(_, seen) => {
+                target.exists = seen.is_some();
+                target.ready = seen.flatten();
+            }
+            Change::Child(_, bit, true) => target.children |= bit,
+            Change::Child(_, bit, false) => target.children &= !bit,
+        }
+        self.existing = self.existing + usize::from(target.exists) - usize::from(existed);
+        self.converged = self.converged + usize::from(target.converged()) - usize::from(was);
+    }
+
+    fn reasons(&self) -> BTreeMap<String, usize> {
+        let mut reasons = BTreeMap::new();
+        for target in self.targets.values() {
+            *reasons.entry(target.ready.clone().unwrap_or_else(|| "no status".into())).or_default() += 1;
+        }
+        reasons
+    }
+}
+
+type Changes = BoxStream<'static, Result<Change, watcher::Error>>;
+
+fn targets(client: &Client) -> Changes {
+    watcher(Api::<CDTarget>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .try_filter_map(|event| async move {
+            Ok(match event {
+                watcher::Event::Apply(target) | watcher::Event::InitApply(target) => {
+                    Some(Change::Target(key_of(&target.metadata), Some(readiness(&target))))
+                }
+                watcher::Event::Delete(target) => Some(Change::Target(key_of(&target.metadata), None)),
+                watcher::Event::Init | watcher::Event::InitDone => None,
+            })
+        })
+        .boxed()
+}
+
+/// `Ready=<status> <reason>` when the status describes the CDTarget's generation.
+fn readiness(target: &CDTarget) -> Option<String> {
+    let status = target.status.as_ref()?;
+    if status.observed_generation != target.metadata.generation {
+        return None;
+    }
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some(format!("Ready={} {}", ready.status, ready.reason))
+}
+
+fn children<K>(client: &Client, bit: u8) -> Changes
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let config = watcher::Config::default().labels(CHILDREN);
+    watcher(Api::<PartialObjectMeta<K>>::all(client.clone()), config)
+        .default_backoff()
+        .try_filter_map(move |event| async move {
+            Ok(match event {
+                watcher::Event::Apply(child) | watcher::Event::InitApply(child) => {
+                    owner_of(&child.metadata).map(|key| Change::Child(key, bit, true))
+                }
+                watcher::Event::Delete(child) => owner_of(&child.metadata).map(|key| Change::Child(key, bit, false)),
+                watcher::Event::Init | watcher::Event::InitDone => None,
+            })
+        })
+        .boxed()
+}
+
+fn key_of(meta: &ObjectMeta) -> (String, String) {
+    (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
+}
+
+/// The CDTarget owning a child (its controller owner reference).
+fn owner_of(meta: &ObjectMeta) -> Option<(String, String)> {
+    let owner = meta.owner_references.as_ref()?.iter().find(|owner| owner.kind == "CDTarget")?;
+    Some((meta.namespace.clone().unwrap_or_default(), owner.name.clone()))
+}
+
+/// Reads the audit log until the controller has sent nothing but watches and Lease renewals for
+/// [`QUIET`], at most [`SETTLE_AT_MOST`]; whether it went quiet.
+async fn settle_quietly(audit: &mut AuditTail, window: &mut Window) -> bool {
+    let started = Instant::now();
+    let mut last = Instant::now();
+    loop {
+        audit.read_new(|event| {
+            window.add(event);
+            if counted(event) && event.user == CONTROLLER_USER && event.verb != "watch" && event.resource != "leases" {
+                last = Instant::now();
+            }
+        });
+        if last.elapsed() >= QUIET {
+            return true;
+        }
+        if started.elapsed() >= SETTLE_AT_MOST {
+            return false;
+        }
+        // Silence has no signal to await: look again a little later.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The first pass as the audit log shows it: the controller's requests, and which CDTargets had
+/// their status written.
+#[derive(Default)]
+struct FirstPass {
+    window: Window,
+    statuses: HashSet<(String, String)>,
+}
+
+impl FirstPass {
+    fn add(&mut self, event: &AuditEvent) {
+        self.window.add(event);
+        if counted(event)
+            && event.user == CONTROLLER_USER
+            && event.is_mutating()
+            && event.full_resource() == "cdtargets/status"
+            && (200..300).contains(&event.code)
+        {
+            self.statuses.insert((event.namespace.clone(), event.name.clone()));
+        }
+    }
+}
+
+/// The requests that end an unchanged reconcile, counted as the audit log shows them: per
+/// registration its drift reads (GETs of its CDTargets as its tenant), per CDTarget the read of
+/// its last child (the ScaledObject).
+#[derive(Default)]
+struct DriftReads {
+    registrations: HashMap<String, HashSet<String>>,
+    targets: HashSet<(String, String)>,
+}
+
+impl DriftReads {
+    fn add(&mut self, event: &AuditEvent) {
+        if !counted(event) || event.user != CONTROLLER_USER || event.verb != "get" {
+            return;
+        }
+        if event.impersonated_user.is_some() && event.resource == "cdtargets" {
+            self.registrations.entry(event.namespace.clone()).or_default().insert(event.name.clone());
+        } else if event.impersonated_user.is_none() && event.resource == "scaledobjects" {
+            self.targets.insert((event.namespace.clone(), event.name.clone()));
+        }
+    }
+
+    fn done(&self, options: Options) -> bool {
+        self.registrations.len() >= options.registrations
+            && self.registrations.values().all(|names| names.len() >= options.targets)
+    }
+
+    fn targets_done(&self, options: Options) -> bool {
+        self.targets.len() >= options.cdtargets()
+    }
+
+    fn describe(&self, options: Options) -> String {
+        let complete = self.registrations.values().filter(|names| names.len() >= options.targets).count();
+        format!(
+            "the drift reads of {complete} of {} registrations and the last child read of {} of {} CDTargets",
+            options.registrations,
+            self.targets.len(),
+            options.cdtargets()
+        )
+    }
+}
+
+// === the audit log ===
+
+/// Reads the audit log from where it ended when created, a chunk at a time, whole lines only,
+/// across rotations: kube-apiserver renames the log and starts a new one every 100 MB
+/// (lumberjack's default size), which a run of thousands of CDTargets passes several times.
+struct AuditTail {
+    path: PathBuf,
+    /// The file being read (kept open: after a rotation it is the renamed one, read to its end).
+    file: fs::File,
+    inode: u64,
+    rest: Vec<u8>,
+    rotations: usize,
+}
+
+impl AuditTail {
+    fn at_end(path: PathBuf) -> AuditTail {
+        let mut file = fs::File::open(&path).expect("open the audit log");
+        file.seek(io::SeekFrom::End(0)).expect("seek to the end of the audit log");
+        let inode = file.metadata().expect("the audit log's metadata").ino();
+        AuditTail { path, file, inode, rest: Vec::new(), rotations: 0 }
+    }
+
+    /// Calls `each` for every event appended since the last call.
+    fn read_new(&mut self, mut each: impl FnMut(&AuditEvent)) {
+        loop {
+            self.drain(&mut each);
+            let renamed = fs::metadata(&self.path).is_ok_and(|meta| meta.ino() != self.inode);
+            if !renamed {
+                return;
+            }
+            // What was appended between the read above and the rename.
+            self.drain(&mut each);
+            let Ok(file) = fs::File::open(&self.path) else { return };
+            self.inode = file.metadata().map_or(0, |meta| meta.ino());
+            self.file = file;
+            self.rotations += 1;
+        }
+    }
+
+    /// Reads the open file to its end.
+    fn drain(&mut self, each: &mut impl FnMut(&AuditEvent)) {
+        let mut chunk = vec![0; 8 << 20];
+        loop {
+            let n = match self.file.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            self.rest.extend_from_slice(&chunk[..n]);
+            if let Some(end) = self.rest.iter().rposition(|&byte| byte == b'\n') {
+                let lines: Vec<u8> = self.rest.drain(..=end).collect();
+                for event in parse_audit_log(&lines) {
+                    each(&event);
+                }
+            }
+        }
+    }
+
+    /// Calls `step` now and each time a file of the log's directory changes (inotify on the
+    /// directory, which also sees a rotation; no timer) until it returns true, at most `within`;
+    /// whether it did.
+    fn until(&mut self, within: Duration, mut step: impl FnMut(&mut AuditTail) -> bool) -> bool {
+        use rustix::fs::inotify;
+        let dir = self.path.parent().expect("the audit log's directory").to_path_buf();
+        let changed =
+            inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).expect("an inotify instance");
+        let flags = inotify::WatchFlags::MODIFY | inotify::WatchFlags::CREATE | inotify::WatchFlags::MOVED_TO;
+        inotify::add_watch(&changed, &dir, flags).unwrap_or_else(|e| panic!("a watch of {}: {e}", dir.display()));
+        let deadline = Instant::now() + within;
+        loop {
+            if step(self) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let timeout = rustix::time::Timespec::try_from(left).expect("a timeout");
+            let mut ready = [rustix::event::PollFd::new(&changed, rustix::event::PollFlags::IN)];
+            match rustix::event::poll(&mut ready, Some(&timeout)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => panic!("waiting for the audit log: {e}"),
+            }
+            // Drain the notifications; the log is read again above either way.
+            let mut buffer = [0u8; 4096];
+            while rustix::io::read(&changed, &mut buffer).is_ok_and(|n| n > 0) {}
+        }
+    }
+}
+
+/// Whether an audit event stands for one request: its `ResponseComplete`, or for a watch (which
+/// completes only when it ends) its `ResponseStarted`.
+fn counted(event: &AuditEvent) -> bool {
+    match event.verb.as_str() {
+        "watch" => event.stage == "ResponseStarted",
+        _ => event.stage == "ResponseComplete",
+    }
+}
+
+/// Who in the controller sent a request, as far as the audit log tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Sender {
+    /// The TenantRepository reconciler: its applies, drift reads and prunes as the tenant, the
+    /// registration's status, Events and Secrets in the platform namespace.
+    Registrations,
+    /// The CDTarget reconciler: children, status, referenced Secrets, SubjectAccessReviews,
+    /// Events in tenant namespaces.
+    Targets,
+    /// Lists and watches (the reflectors' and the CDTarget reconciler's periodic list of the
+    /// registrations).
+    ListsAndWatches,
+    /// Leader election.
+    Election,
+    /// Discovery and other requests without a resource.
+    Discovery,
+    /// Anything else.
+    Other,
+}
+
+impl Sender {
+    fn of(event: &AuditEvent) -> Sender {
+        if event.impersonated_user.is_some() {
+            return Sender::Registrations;
+        }
+        match (event.verb.as_str(), event.resource.as_str()) {
+            ("list" | "watch", _) => Sender::ListsAndWatches,
+            (_, "") => Sender::Discovery,
+            (_, "leases") => Sender::Election,
+            (_, "tenantrepositories") => Sender::Registrations,
+            (_, "events" | "secrets") if event.namespace == PLATFORM_NAMESPACE => Sender::Registrations,
+            (
+                _,
+                "cdtargets"
+                | "subjectaccessreviews"
+                | "secrets"
+                | "events"
+                | "deployments"
+                | "networkpolicies"
+                | "scaledobjects"
+                | "triggerauthentications",
+            ) => Sender::Targets,
+            _ => Sender::Other,
+        }
+    }
+}
+
+/// The requests of one window.
+#[derive(Default)]
+struct Window {
+    /// The controller's requests by sender, verb and resource (`resource/subresource`, with ` as
+    /// tenant` when impersonated; the path for requests without a resource).
+    controller: BTreeMap<(Sender, String, String), u64>,
+    /// Everyone else's requests (kubectl, kube-controller-manager, the benchmark's watches).
+    others: u64,
+}
+
+impl Window {
+    fn add(&mut self, event: &AuditEvent) {
+        if !counted(event) {
+            return;
+        }
+        if event.user != CONTROLLER_USER {
+            self.others += 1;
+            return;
+        }
+        let mut resource = if event.resource.is_empty() {
+            event.uri.split('?').next().unwrap_or_default().to_owned()
+        } else {
+            event.full_resource()
+        };
+        if event.impersonated_user.is_some() {
+            resource.push_str(" as tenant");
+        }
+        *self.controller.entry((Sender::of(event), event.verb.clone(), resource)).or_default() += 1;
+    }
+
+    fn total(&self, sender: Option<Sender>) -> u64 {
+        self.controller.iter().filter(|((s, _, _), _)| sender.is_none_or(|want| *s == want)).map(|(_, n)| n).sum()
+    }
+
+    fn is_write(verb: &str, resource: &str) -> bool {
+        matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection")
+            && !resource.starts_with("subjectaccessreviews")
+            && !resource.starts_with("leases")
+    }
+
+    /// Writes, SubjectAccessReview creates and Lease writes aside.
+    fn writes_of(&self, sender: Option<Sender>) -> u64 {
+        self.controller
+            .iter()
+            .filter(|((s, verb, resource), _)| sender.is_none_or(|want| *s == want) && Window::is_write(verb, resource))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn writes(&self) -> u64 {
+        self.writes_of(None)
+    }
+
+    fn reviews(&self) -> u64 {
+        self.controller.iter().filter(|((_, _, resource), _)| resource == "subjectaccessreviews").map(|(_, n)| n).sum()
+    }
+
+    fn lease_writes(&self) -> u64 {
+        self.controller
+            .iter()
+            .filter(|((_, verb, resource), _)| resource == "leases" && verb != "get")
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn by_verb(&self) -> BTreeMap<&str, u64> {
+        let mut verbs = BTreeMap::new();
+        for ((_, verb, _), n) in &self.controller {
+            *verbs.entry(verb.as_str()).or_default() += n;
+        }
+        verbs
+    }
+}
+
+fn report_window(
+    title: &str,
+    window: &Window,
+    wall: Duration,
+    usage: &UsageDelta,
+    metrics: &Metrics,
+    options: Options,
+) {
+    println!("  {title}");
+    println!(
+        "    {:.1} s wall; CPU: kube-apiserver {:.1} s, etcd {:.1} s, controller {:.1} s; load average {}",
+        wall.as_secs_f64(),
+        usage.apiserver,
+        usage.etcd,
+        usage.controller,
+        load_average()
+    );
+    let verbs: Vec<String> = window.by_verb().iter().map(|(verb, n)| format!("{verb} {n}")).collect();
+    println!(
+        "    the controller's requests: {} ({}); writes {} (SubjectAccessReviews {}, Lease writes {} apart); other clients' requests {}",
+        window.total(None),
+        verbs.join(", "),
+        window.writes(),
+        window.reviews(),
+        window.lease_writes(),
+        window.others
+    );
+    for ((sender, verb, resource), n) in &window.controller {
+        println!("      {:<16} {verb:<7} {resource:<40} {n:>8}", format!("{sender:?}"));
+    }
+    if !metrics.0.is_empty() {
+        let lines: Vec<String> = metrics.0.iter().map(|(series, n)| format!("{series} +{n}")).collect();
+        println!("    from /metrics: {}", lines.join(", "));
+    }
+    let fake = if title.starts_with("first pass") {
+        Some((fake::REGISTRATION_FIRST, fake::TARGET_FIRST))
+    } else if title.starts_with("no-op") {
+        Some((fake::REGISTRATION_NO_OP, fake::TARGET_NO_OP))
+    } else {
+        None
+    };
+    let kinds = [
+        ("TenantRepository", Sender::Registrations, options.registrations, fake.map(|f| f.0)),
+        ("CDTarget", Sender::Targets, options.cdtargets(), fake.map(|f| f.1)),
+    ];
+    for (kind, sender, objects, fake) in kinds {
+        let (requests, writes) = (window.total(Some(sender)) as f64, window.writes_of(Some(sender)) as f64);
+        let reconciles = metrics.reconciles(kind) as f64;
+        let mut line = format!(
+            "    {kind}: {reconciles} reconciles of {objects}; per object {:.2} requests ({:.2} writes)",
+            requests / objects.max(1) as f64,
+            writes / objects.max(1) as f64
+        );
+        if reconciles > 0.0 {
+            let _ = write!(line, ", per reconcile {:.2} ({:.2})", requests / reconciles, writes / reconciles);
+            if let Some((fake_requests, fake_writes)) = fake {
+                let _ = write!(
+                    line,
+                    "; fake API server per reconcile {fake_requests} ({fake_writes}): {:.2}x the requests",
+                    requests / reconciles / fake_requests
+                );
+            }
+        }
+        println!("{line}");
+    }
+    println!("    lists and watches: {}", window.total(Some(Sender::ListsAndWatches)));
+}
+
+// === processes: CPU and memory ===
+
+/// CPU seconds (`utime + stime`) of a process so far.
+#[allow(unsafe_code)] // a libc call of the benchmark; `[lints]` denies unsafe code, src/ forbids it
+fn cpu_seconds(pid: u32) -> f64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start with the state, field 3;
+    // utime and stime are fields 14 and 15.
+    let fields: Vec<&str> =
+        text.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf only reads a system constant.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / per_second.max(1.0)
+}
+
+/// CPU seconds of kube-apiserver, etcd and the controller at one moment.
+struct Usage {
+    apiserver: f64,
+    etcd: f64,
+    controller: f64,
+}
+
+/// CPU seconds spent between two moments.
+struct UsageDelta {
+    apiserver: f64,
+    etcd: f64,
+    controller: f64,
+}
+
+impl Usage {
+    fn now(apiserver: u32, etcd: u32, controller: Option<u32>) -> Usage {
+        Usage {
+            apiserver: cpu_seconds(apiserver),
+            etcd: cpu_seconds(etcd),
+            controller: controller.map_or(0.0, cpu_seconds),
+        }
+    }
+
+    fn until(&self, later: &Usage) -> UsageDelta {
+        UsageDelta {
+            apiserver: later.apiserver - self.apiserver,
+            etcd: later.etcd - self.etcd,
+            controller: later.controller - self.controller,
+        }
+    }
+}
+
+/// A `kB` field of `/proc/<pid>/status`, in KiB.
+fn status_kib(status: &str, field: &str) -> Option<f64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The resident set of `pid` now, by kind, and its thread count.
+fn resident(pid: u32) -> String {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mib = |field: &str| status_kib(&status, field).map_or_else(|| "?".into(), |kib| format!("{:.1}", kib / 1024.0));
+    let threads = status.lines().find_map(|line| line.strip_prefix("Threads:")).unwrap_or("?").trim().to_owned();
+    format!(
+        "resident {} MiB = anonymous {} + files {} + shared {}; {threads} threads",
+        mib("VmRSS:"),
+        mib("RssAnon:"),
+        mib("RssFile:"),
+        mib("RssShmem:")
+    )
+}
+
+/// Whether `pid` runs (not gone, not a zombie).
+fn process_alive(pid: u32) -> bool {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|line| line.strip_prefix("State:")).is_some_and(|state| !state.trim().starts_with('Z'))
+}
+
+/// The controller's resident set as sampled.
+#[derive(Clone, Default)]
+struct Memory {
+    now_mib: Option<f64>,
+    max_mib: f64,
+    samples: usize,
+}
+
+impl Memory {
+    fn describe(&self) -> String {
+        format!(
+            "RSS now {}, highest sample {:.1} MiB ({} samples)",
+            self.now_mib.map_or_else(|| "?".into(), |mib| format!("{mib:.1} MiB")),
+            self.max_mib,
+            self.samples
+        )
+    }
+}
+
+/// Samples `VmRSS` of `pid` every second into `memory` (a sampling period, not a wait); says on
+/// `exited` when the process has ended.
+async fn sample_memory(pid: u32, memory: Arc<Mutex<Memory>>, exited: tokio::sync::watch::Sender<bool>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        if !process_alive(pid) {
+            exited.send_replace(true);
+            return;
+        }
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let Some(kib) = status_kib(&status, "VmRSS:") else { continue };
+        let mut memory = memory.lock().unwrap();
+        memory.now_mib = Some(kib / 1024.0);
+        memory.max_mib = memory.max_mib.max(kib / 1024.0);
+        memory.samples += 1;
+    }
+}
+
+// === the controller's /metrics ===
+
+/// The counters of interest from `/metrics`: reconciles by kind and result, Git fetches by
+/// result, writes by verb and kind.
+#[derive(Clone, Default)]
+struct Metrics(BTreeMap<String, u64>);
+
+impl Metrics {
+    /// Reconciles of `kind`, every result.
+    fn reconciles(&self, kind: &str) -> u64 {
+        let prefix = format!("reconciles_total{{kind=\"{kind}\"");
+        self.0.iter().filter(|(series, _)| series.starts_with(&prefix)).map(|(_, n)| n).sum()
+    }
+
+    fn delta(&self, later: &Metrics) -> Metrics {
+        Metrics(
+            later
+                .0
+                .iter()
+                .map(|(series, n)| (series.clone(), n - self.0.get(series).copied().unwrap_or(0)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        )
+    }
+}
+
+async fn scrape(address: std::net::SocketAddr) -> Metrics {
+    let text = match reqwest::get(format!("http://{address}/metrics")).await {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("  /metrics: {e}");
+            String::new()
+        }
+    };
+    let wanted =
+        ["cdtarget_reconciles_total", "cdtarget_git_fetch_duration_seconds_count", "cdtarget_api_writes_total"];
+    Metrics(
+        text.lines()
+            .filter(|line| wanted.iter().any(|name| line.starts_with(name)))
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                let series = series.trim_start_matches("cdtarget_").replace("_duration_seconds_count", "es");
+                Some((series, value.parse::<f64>().ok()? as u64))
+            })
+            .collect(),
+    )
+}
+
+/// The last lines of the controller's log, for a failure message.
+fn log_tail(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    format!("--- controller log (last 40 lines):\n{}", lines[lines.len().saturating_sub(40)..].join("\n"))
+}
