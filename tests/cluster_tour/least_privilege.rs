@@ -323,8 +323,8 @@ async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourContr
     let rolled = move |d: Option<&Deployment>| d.and_then(secrets_digest).is_some_and(|digest| Some(digest) != before);
     tenant.until::<Deployment, _>("the agents rolled", "deploy-agents", rolled, log).await;
 
-    // The token Secret deleted, then created again: Ready goes to SecretNotFound and back, and
-    // the Event of the return repeats the first one (a patch of that Event).
+    // The token Secret deleted, then created again: Ready goes to SecretNotFound and back (two
+    // more Events, each created: a repeated Event is a new one, never a patch).
     cluster.kubectl(&["delete", "secret", "azp-token", "-n", &tenant.ns]).success();
     let missing = ready_with(cdtarget::controller::cdtarget::REASON_SECRET_NOT_FOUND.to_owned());
     tenant.until::<CDTarget, _>("Ready=False/SecretNotFound", "deploy-agents", missing, log).await;
