@@ -454,73 +454,45 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     );
 
     // 3. The no-op poll of every registration.
-    let poll_started = Instant::now();
-    let mut poll = Window::default();
-    let mut polled = DriftReads::default();
-    tokio::task::block_in_place(|| {
+    let annotate = || {
+        let request = "cdtarget.io/requestedAt=bench-no-op-poll";
         cluster
-            .kubectl(&[
-                "annotate",
-                "tenantrepositories",
-                "--all",
-                "-n",
-                PLATFORM_NAMESPACE,
-                "cdtarget.io/requestedAt=bench-no-op-poll",
-                "--overwrite",
-            ])
+            .kubectl(&["annotate", "tenantrepositories", "--all", "-n", PLATFORM_NAMESPACE, request, "--overwrite"])
             .success();
-        audit.until(NO_OP_WITHIN, |audit| {
-            audit.read_new(|event| {
-                poll.add(event);
-                polled.add(event);
-            });
-            polled.done(options)
-        })
-    });
-    if !polled.done(options) {
-        return Err(format!("no-op poll: {} within {NO_OP_WITHIN:?}", polled.describe(options)));
-    }
+    };
+    let (poll, poll_wall) = no_op_window(&mut audit, annotate, |reads| reads.done(options), options)
+        .map_err(|e| format!("no-op poll: {e}"))?;
     let polled_usage = Usage::now(apiserver, etcd, Some(pid));
     let polled_metrics = scrape(metrics_address).await;
     println!();
     report_window(
         "no-op poll: `cdtarget.io/requestedAt` on every registration (kubectl annotate --all) → every registration's drift reads",
         &poll,
-        poll_started.elapsed(),
+        poll_wall,
         &settled.until(&polled_usage),
         &settled_metrics.delta(&polled_metrics),
         options,
     );
 
     // 4. The no-op re-render of everything.
-    let render_started = Instant::now();
-    let mut render = Window::default();
-    let mut rendered = DriftReads::default();
-    tokio::task::block_in_place(|| {
+    let apply_policy = || {
         let file = cluster.dir().join("onboarding/policy.yaml");
         let policy = format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cdtarget-policy\n  namespace: {PLATFORM_NAMESPACE}\ndata:\n  policy.yaml: \"{{}}\"\n"
         );
         fs::write(&file, policy).expect("write the policy ConfigMap");
         cluster.kubectl(&["apply", "-f", path_str(&file)]).success();
-        audit.until(NO_OP_WITHIN, |audit| {
-            audit.read_new(|event| {
-                render.add(event);
-                rendered.add(event);
-            });
-            rendered.done(options) && rendered.targets_done(options)
-        })
-    });
-    if !(rendered.done(options) && rendered.targets_done(options)) {
-        return Err(format!("no-op re-render: {} within {NO_OP_WITHIN:?}", rendered.describe(options)));
-    }
+    };
+    let everything = |reads: &DriftReads| reads.done(options) && reads.targets_done(options);
+    let (render, render_wall) =
+        no_op_window(&mut audit, apply_policy, everything, options).map_err(|e| format!("no-op re-render: {e}"))?;
     let rendered_usage = Usage::now(apiserver, etcd, Some(pid));
     let rendered_metrics = scrape(metrics_address).await;
     println!();
     report_window(
         "no-op re-render: the policy ConfigMap created with the defaults written out (`policy.yaml: {}`) → every registration's drift reads and every CDTarget's child reads",
         &render,
-        render_started.elapsed(),
+        render_wall,
         &polled_usage.until(&rendered_usage),
         &polled_metrics.delta(&rendered_metrics),
         options,
@@ -556,8 +528,8 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
         );
         println!(
             "      no-op re-render {:.1} s: {:.1}x the fake API server's no-op pass ({:.1} s)",
-            render_started.elapsed().as_secs_f64(),
-            render_started.elapsed().as_secs_f64() / fake::NO_OP_PASS_S,
+            render_wall.as_secs_f64(),
+            render_wall.as_secs_f64() / fake::NO_OP_PASS_S,
             fake::NO_OP_PASS_S
         );
     }
@@ -585,6 +557,33 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     println!("    peak memory of kube-apiserver {}, etcd {}", server_memory(apiserver), server_memory(etcd));
     controller.kill();
     Ok(())
+}
+
+/// Runs `trigger`, then reads the audit log until the controller's reads say `done`: the requests
+/// of the window and its wall time.
+fn no_op_window(
+    audit: &mut AuditTail,
+    trigger: impl FnOnce(),
+    done: impl Fn(&DriftReads) -> bool,
+    options: Options,
+) -> Result<(Window, Duration), String> {
+    let started = Instant::now();
+    let mut window = Window::default();
+    let mut reads = DriftReads::default();
+    tokio::task::block_in_place(|| {
+        trigger();
+        audit.until(NO_OP_WITHIN, |audit| {
+            audit.read_new(|event| {
+                window.add(event);
+                reads.add(event);
+            });
+            done(&reads)
+        })
+    });
+    if !done(&reads) {
+        return Err(format!("{} within {NO_OP_WITHIN:?}", reads.describe(options)));
+    }
+    Ok((window, started.elapsed()))
 }
 
 /// Waits until every expected CDTarget has its four children and a status for its generation, as
