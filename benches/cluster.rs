@@ -45,6 +45,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+#[path = "support/fleet.rs"]
+mod fleet;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::env;
 use std::fmt::Write as _;
@@ -72,15 +75,12 @@ use common::cluster::{CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, install, 
 use common::control_plane::{AuditEvent, parse_audit_log};
 use common::process::find_on_path;
 use common::{ControlPlane, GitDaemon, HarnessError, Upstream, skip_or_fail};
+use fleet::TOKEN;
 
 /// Peak memory goal of the issue, MiB.
 const MEMORY_GOAL_MIB: f64 = 150.0;
 /// The tenant ServiceAccount of `examples/platform/tenant-rbac.yaml`.
 const TENANT_SERVICE_ACCOUNT: &str = "cdtarget-tenant";
-/// The token Secret every CDTarget references.
-const TOKEN: &str = "azp-token";
-/// CDTarget documents per file in a generated repository.
-const DOCS_PER_FILE: usize = 5;
 /// The registrations' poll interval: long, so that only the triggered polls are measured.
 const INTERVAL: &str = "1h";
 /// How long the first pass may take before the benchmark gives up.
@@ -221,7 +221,7 @@ fn run(options: Options, deployment_env: &[(String, String)]) -> Result<(), Stri
 
     let started = Instant::now();
     let upstream = Upstream::new();
-    generate(&upstream, options);
+    fleet::generate(&upstream, options.registrations, options.targets);
     println!("  generated {registrations} repositories in {:.1} s", started.elapsed().as_secs_f64());
     let daemon = GitDaemon::start(&upstream.root());
 
@@ -284,44 +284,6 @@ fn print_machine() {
 fn load_average() -> String {
     let text = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
-/// Creates `registrations` repositories `tenant-N.git`, each with `targets` CDTargets in files of
-/// [`DOCS_PER_FILE`] documents under `deploy/`, on as many threads as there are CPUs.
-fn generate(upstream: &Upstream, options: Options) {
-    let threads = thread::available_parallelism().map_or(4, |n| n.get()).min(16);
-    thread::scope(|scope| {
-        for worker in 0..threads {
-            scope.spawn(move || {
-                for i in (worker..options.registrations).step_by(threads) {
-                    let repo = upstream.create(&format!("tenant-{i}.git"));
-                    let files: Vec<(String, String)> = (0..options.targets)
-                        .collect::<Vec<_>>()
-                        .chunks(DOCS_PER_FILE)
-                        .enumerate()
-                        .map(|(file, chunk)| {
-                            let docs: Vec<String> = chunk.iter().map(|&t| cdtarget_yaml(i, t)).collect();
-                            (format!("deploy/agents-{file}.yaml"), docs.join("---\n"))
-                        })
-                        .collect();
-                    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
-                    repo.commit_and_push(&files, "agents");
-                }
-            });
-        }
-    });
-}
-
-/// A CDTarget valid under the default policy (the shape of `benches/controller.rs`).
-fn cdtarget_yaml(repo: usize, target: usize) -> String {
-    let ip = format!("10.{}.{}.{}", repo / 250 % 250, repo % 250, target % 250 + 1);
-    format!(
-        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: agents-{target}\nspec:\n  \
-         ip: [\"{ip}\", \"192.168.{}.0/24\"]\n  agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: {TOKEN}\n  \
-         minReplicaCount: 1\n  maxReplicaCount: 5\n  config:\n    url: https://dev.azure.com/acme\n    \
-         poolName: pool-{target}\n",
-        target % 250
-    )
 }
 
 /// Onboards `tenant-0` .. `tenant-{n-1}`: the example's cluster-wide admission policies once, then
@@ -433,7 +395,7 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     // 2. Settle: the trailing reconciles and Events of the first pass.
     let settle_started = Instant::now();
     let mut settle = Window::default();
-    let quiet = settle_quietly(&mut audit, &mut settle).await;
+    let quiet = settle_quietly(&mut audit, &mut settle);
     let settled = Usage::now(apiserver, etcd, Some(pid));
     let settled_metrics = scrape(metrics_address).await;
     println!();
@@ -776,24 +738,33 @@ fn owner_of(meta: &ObjectMeta) -> Option<(String, String)> {
 
 /// Reads the audit log until the controller has sent nothing but watches and Lease renewals for
 /// [`QUIET`], at most [`SETTLE_AT_MOST`]; whether it went quiet.
-async fn settle_quietly(audit: &mut AuditTail, window: &mut Window) -> bool {
+fn settle_quietly(audit: &mut AuditTail, window: &mut Window) -> bool {
     let started = Instant::now();
     let mut last = Instant::now();
     loop {
-        audit.read_new(|event| {
-            window.add(event);
-            if counted(event) && event.user == CONTROLLER_USER && event.verb != "watch" && event.resource != "leases" {
-                last = Instant::now();
-            }
-        });
-        if last.elapsed() >= QUIET {
+        let quiet_left = QUIET.saturating_sub(last.elapsed());
+        if quiet_left.is_zero() {
             return true;
         }
-        if started.elapsed() >= SETTLE_AT_MOST {
+        let settle_left = SETTLE_AT_MOST.saturating_sub(started.elapsed());
+        if settle_left.is_zero() {
             return false;
         }
-        // Silence has no signal to await: look again a little later.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // Woken by the log's next append, or by the end of the quiet time without one.
+        let active = audit.until(quiet_left.min(settle_left), |audit| {
+            let mut active = false;
+            audit.read_new(|event| {
+                window.add(event);
+                active |= counted(event)
+                    && event.user == CONTROLLER_USER
+                    && event.verb != "watch"
+                    && event.resource != "leases";
+            });
+            active
+        });
+        if active {
+            last = Instant::now();
+        }
     }
 }
 

@@ -30,6 +30,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+#[path = "support/fleet.rs"]
+mod fleet;
+
 #[path = "support/reap.rs"]
 mod reap;
 
@@ -58,6 +61,7 @@ use kube_fake_client::ClientBuilder;
 
 use common::api_bridge::{ApiBridge, Record};
 use common::{GitDaemon, Upstream};
+use fleet::TOKEN;
 use reap::wait4;
 
 /// The hidden argument under which this binary is the controller side:
@@ -72,10 +76,6 @@ const PLATFORM: &str = "cdtarget-system";
 const POLICY: &str = "cdtarget-policy";
 /// The ServiceAccount every registration impersonates.
 const SERVICE_ACCOUNT: &str = "deployer";
-/// The token Secret every CDTarget references.
-const TOKEN: &str = "azp-token";
-/// CDTarget documents per file in a generated repository.
-const DOCS_PER_FILE: usize = 5;
 /// Peak memory goal of the issue, MiB.
 const MEMORY_GOAL_MIB: f64 = 150.0;
 
@@ -164,7 +164,7 @@ fn run(options: &Options) -> io::Result<()> {
     );
     let started = Instant::now();
     let upstream = Upstream::new();
-    generate(&upstream, options.shape);
+    fleet::generate(&upstream, options.shape.registrations, options.shape.targets);
     println!("  generated {registrations} repositories in {:.1?}", started.elapsed());
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();
@@ -230,44 +230,6 @@ fn run(options: &Options) -> io::Result<()> {
     );
     println!("  git daemon connections: {}", daemon.connections());
     Ok(())
-}
-
-/// Creates `registrations` repositories `tenant-N.git`, each with `targets` CDTargets in files of
-/// [`DOCS_PER_FILE`] documents under `deploy/`, on as many threads as there are CPUs.
-fn generate(upstream: &Upstream, shape: Shape) {
-    let threads = thread::available_parallelism().map_or(4, |n| n.get()).min(16);
-    thread::scope(|scope| {
-        for worker in 0..threads {
-            scope.spawn(move || {
-                for i in (worker..shape.registrations).step_by(threads) {
-                    let repo = upstream.create(&format!("tenant-{i}.git"));
-                    let files: Vec<(String, String)> = (0..shape.targets)
-                        .collect::<Vec<_>>()
-                        .chunks(DOCS_PER_FILE)
-                        .enumerate()
-                        .map(|(file, chunk)| {
-                            let docs: Vec<String> = chunk.iter().map(|&t| cdtarget_yaml(i, t)).collect();
-                            (format!("deploy/agents-{file}.yaml"), docs.join("---\n"))
-                        })
-                        .collect();
-                    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
-                    repo.commit_and_push(&files, "agents");
-                }
-            });
-        }
-    });
-}
-
-/// A CDTarget valid under the default policy.
-fn cdtarget_yaml(repo: usize, target: usize) -> String {
-    let ip = format!("10.{}.{}.{}", repo / 250 % 250, repo % 250, target % 250 + 1);
-    format!(
-        "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nmetadata:\n  name: agents-{target}\nspec:\n  \
-         ip: [\"{ip}\", \"192.168.{}.0/24\"]\n  agentImage: ghcr.io/acme/azp-agent:1\n  tokenRef: {TOKEN}\n  \
-         minReplicaCount: 1\n  maxReplicaCount: 5\n  config:\n    url: https://dev.azure.com/acme\n    \
-         poolName: pool-{target}\n",
-        target % 250
-    )
 }
 
 // === the controller side (child process) ===

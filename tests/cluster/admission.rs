@@ -97,18 +97,7 @@ async fn service_account_token_secrets_are_refused_in_a_tenant_namespace_and_opa
     let tenant = Tenant::onboard_with(cluster, &files, "  suspend: true\n");
     until_policies_enforced(cluster, &tenant.ns).await;
     let log = shared_controller(cluster).await;
-    cluster
-        .kubectl(&[
-            "patch",
-            "tenantrepository",
-            &tenant.ns,
-            "-n",
-            PLATFORM_NAMESPACE,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"suspend":false}}"#,
-        ])
-        .success();
+    tenant.patch_registration(r#"{"spec":{"suspend":false}}"#);
     let registration =
         tenant.registration_until("Applied=False/ApplyFailed", applied("False", "ApplyFailed"), log).await;
     let message = registration_condition(&registration, "Applied").message;

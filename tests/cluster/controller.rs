@@ -11,8 +11,8 @@ use kube::Api;
 
 use crate::common::AuditEvent;
 use crate::common::cluster::{
-    CDTARGET, CONFIG_MAP, CONTROLLER_USER, Tenant, accepted_writes_as, drift_pipeline_settings, exists, gone,
-    installed_cluster, ready, settings_as_in_git, shared_controller,
+    CDTARGET, CONFIG_MAP, CONTROLLER_USER, Tenant, accepted_writes_as, drift_network_policy, drift_pipeline_settings,
+    exists, gone, installed_cluster, ready, rotate_token, settings_as_in_git, shared_controller,
 };
 
 #[tokio::test]
@@ -135,18 +135,7 @@ async fn drift_of_a_child_and_of_a_tenant_object_changed_with_kubectl_is_repaire
 
     // A child: the controller owns it and watches it, so the repair follows the change.
     let mark = cluster.audit_mark();
-    cluster
-        .kubectl(&[
-            "patch",
-            "networkpolicy",
-            "deploy-agents",
-            "-n",
-            &tenant.ns,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"egress":[]}}"#,
-        ])
-        .success();
+    drift_network_policy(cluster, &tenant.ns);
     let restored = move |object: Option<&NetworkPolicy>| object.is_some_and(|policy| policy.spec == rendered);
     tenant.until::<NetworkPolicy, _>("the NetworkPolicy repaired", "deploy-agents", restored, log).await;
     let events = cluster.audit_requests_until(mark, "the NetworkPolicy repair", |events| {
@@ -185,18 +174,7 @@ async fn rotating_the_token_secret_rolls_the_agents() {
     assert!(before.is_some(), "no secrets digest on the agents' pod template");
 
     let mark = cluster.audit_mark();
-    cluster
-        .kubectl(&[
-            "patch",
-            "secret",
-            "azp-token",
-            "-n",
-            &tenant.ns,
-            "--type=merge",
-            "-p",
-            r#"{"stringData":{"AZP_TOKEN":"rotated"}}"#,
-        ])
-        .success();
+    rotate_token(cluster, &tenant.ns);
     let rolled =
         move |object: Option<&Deployment>| object.and_then(secrets_digest).is_some_and(|digest| Some(digest) != before);
     tenant

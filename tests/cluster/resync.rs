@@ -41,18 +41,7 @@ async fn the_periodic_resync_and_poll_of_an_unchanged_tenant_send_no_mutating_re
     let log = controller.log();
     let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
     // Polls every 2 s (plus jitter) instead of the kit's 5 minutes.
-    cluster
-        .kubectl(&[
-            "patch",
-            "tenantrepository",
-            &tenant.ns,
-            "-n",
-            PLATFORM_NAMESPACE,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"interval":"2s"}}"#,
-        ])
-        .success();
+    tenant.patch_registration(r#"{"spec":{"interval":"2s"}}"#);
     tenant.until::<CDTarget, _>("Ready=True/Applied", "deploy-agents", target_ready("True", "Applied"), log).await;
     let settled = |registration: Option<&cdtarget::api::TenantRepository>| {
         applied("True", "Succeeded")(registration)

@@ -77,18 +77,7 @@ async fn a_rolebinding_to_cluster_admin_is_refused_by_the_escalation_check_where
     kubectl_file(cluster, &cluster.admin_kubeconfig(), "apply", &grant, &[]).success();
     let log = shared_controller(cluster).await;
     let mark = cluster.audit_mark();
-    cluster
-        .kubectl(&[
-            "patch",
-            "tenantrepository",
-            &tenant.ns,
-            "-n",
-            PLATFORM_NAMESPACE,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"suspend":false}}"#,
-        ])
-        .success();
+    tenant.patch_registration(r#"{"spec":{"suspend":false}}"#);
 
     let registration =
         tenant.registration_until("Applied=False/ApplyFailed", applied("False", "ApplyFailed"), log).await;

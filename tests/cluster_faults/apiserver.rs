@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 
-use crate::common::cluster::{Controller, own_installed_cluster};
+use crate::common::cluster::{Controller, drift_network_policy, own_installed_cluster, rotate_token};
 use crate::common::process::process_running;
 use crate::kit::{ONE_AT_A_TIME, Set, applied_revision, converged, figure, onboard};
 
@@ -49,30 +49,8 @@ async fn after_a_kube_apiserver_restart_a_push_a_child_drift_and_a_secret_rotati
         "retries 5",
     );
     tenant.request_reconcile("after the restart");
-    cluster
-        .kubectl(&[
-            "patch",
-            "networkpolicy",
-            "deploy-agents",
-            "-n",
-            &tenant.ns,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"egress":[]}}"#,
-        ])
-        .success();
-    cluster
-        .kubectl(&[
-            "patch",
-            "secret",
-            "azp-token",
-            "-n",
-            &tenant.ns,
-            "--type=merge",
-            "-p",
-            r#"{"stringData":{"AZP_TOKEN":"rotated"}}"#,
-        ])
-        .success();
+    drift_network_policy(&cluster, &tenant.ns);
+    rotate_token(&cluster, &tenant.ns);
 
     let retries = |object: Option<&ConfigMap>| {
         object

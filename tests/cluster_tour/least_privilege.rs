@@ -18,7 +18,8 @@ use kube::runtime::wait::await_condition;
 use serde_json::Value;
 
 use crate::common::cluster::{
-    CDTARGET, CONFIG_MAP, CONTROLLER_USER, CONVERGE, PLATFORM_NAMESPACE, Tenant, exists, gone, namespace, path_str,
+    CDTARGET, CONFIG_MAP, CONTROLLER_USER, CONVERGE, PLATFORM_NAMESPACE, Tenant, drift_network_policy, exists, gone,
+    namespace, path_str, rotate_token,
 };
 use crate::common::control_plane::AuditMark;
 use crate::common::fake_gitlab::{Push, fingerprint};
@@ -308,18 +309,14 @@ async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourContr
     // A child changed with kubectl, repaired through the watch.
     let policies: Api<NetworkPolicy> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
     let rendered = policies.get("deploy-agents").await.expect("the NetworkPolicy").spec;
-    let patch = r#"{"spec":{"egress":[]}}"#;
-    cluster
-        .kubectl(&["patch", "networkpolicy", "deploy-agents", "-n", &tenant.ns, "--type=merge", "-p", patch])
-        .success();
+    drift_network_policy(cluster, &tenant.ns);
     let restored = move |object: Option<&NetworkPolicy>| object.is_some_and(|policy| policy.spec == rendered);
     tenant.until::<NetworkPolicy, _>("the NetworkPolicy repaired", "deploy-agents", restored, log).await;
 
     // The token Secret rotated: the agents roll.
     let deployments: Api<Deployment> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
     let before = secrets_digest(&deployments.get("deploy-agents").await.expect("the Deployment"));
-    let rotate = r#"{"stringData":{"AZP_TOKEN":"rotated"}}"#;
-    cluster.kubectl(&["patch", "secret", "azp-token", "-n", &tenant.ns, "--type=merge", "-p", rotate]).success();
+    rotate_token(cluster, &tenant.ns);
     let rolled = move |d: Option<&Deployment>| d.and_then(secrets_digest).is_some_and(|digest| Some(digest) != before);
     tenant.until::<Deployment, _>("the agents rolled", "deploy-agents", rolled, log).await;
 

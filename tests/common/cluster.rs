@@ -319,6 +319,14 @@ impl Tenant {
             .success();
     }
 
+    /// Changes the registration with a merge `patch` (e.g. `{"spec":{"suspend":false}}`), as the
+    /// platform team would with kubectl.
+    pub fn patch_registration(&self, patch: &str) {
+        self.cluster
+            .kubectl(&["patch", "tenantrepository", &self.ns, "-n", PLATFORM_NAMESPACE, "--type=merge", "-p", patch])
+            .success();
+    }
+
     /// Waits (at most [`CONVERGE`]) until the object `name` of kind `K` in the tenant namespace
     /// meets `condition`, or panics with `what` and [`Tenant::diagnostics`].
     pub async fn until<K, C>(&self, what: &str, name: &str, condition: C, log: &Path)
@@ -424,6 +432,19 @@ pub fn applied(status: &'static str, reason: &'static str) -> impl Fn(Option<&Te
 pub fn drift_pipeline_settings(cluster: &ControlPlane, ns: &str) {
     let patch = r#"{"data":{"RETRIES":"9"}}"#;
     cluster.kubectl(&["patch", "configmap", "pipeline-settings", "-n", ns, "--type=merge", "-p", patch]).success();
+}
+
+/// Changes the NetworkPolicy child `deploy-agents` in `ns` with kubectl (no egress at all), away
+/// from what the controller rendered.
+pub fn drift_network_policy(cluster: &ControlPlane, ns: &str) {
+    let patch = r#"{"spec":{"egress":[]}}"#;
+    cluster.kubectl(&["patch", "networkpolicy", "deploy-agents", "-n", ns, "--type=merge", "-p", patch]).success();
+}
+
+/// Rotates the tenant's token Secret `azp-token` in `ns` with kubectl (a new `AZP_TOKEN`).
+pub fn rotate_token(cluster: &ControlPlane, ns: &str) {
+    let patch = r#"{"stringData":{"AZP_TOKEN":"rotated"}}"#;
+    cluster.kubectl(&["patch", "secret", "azp-token", "-n", ns, "--type=merge", "-p", patch]).success();
 }
 
 /// Whether `pipeline-settings` holds what Git says (`RETRIES: "3"`).

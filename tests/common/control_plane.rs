@@ -479,14 +479,7 @@ impl ControlPlane {
 
     fn spawn(&mut self, binary: &Path, name: &str, args: &[String]) -> Result<u32, HarnessError> {
         let log = fs::File::create(self.dir().join(format!("{name}.log"))).map_err(failed)?;
-        let child = Command::new(binary)
-            .args(args)
-            .current_dir(self.dir())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(failed)?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| HarnessError::Failed(format!("spawn {name}: {e}")))?;
+        let child = spawn_logged(binary.as_os_str(), args, self.dir(), log, name)?;
         let pid = child.id();
         self.processes.push(child);
         Ok(pid)
@@ -777,14 +770,7 @@ impl OwnControlPlane {
             .open(self.dir().join(format!("{role}.log")))
             .map_err(failed)?;
         writeln!(log, "--- killed and started again by the test harness ---").map_err(failed)?;
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(self.dir())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(failed)?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| HarnessError::Failed(format!("spawn {role} again: {e}")))?;
+        let child = spawn_logged(program, args, self.dir(), log, &format!("{role} again"))?;
         let pid = child.id();
         self.restarted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(child);
         Ok(pid)
@@ -1228,6 +1214,25 @@ fn version_ldflags(version: &str) -> String {
 fn report(line: &str) {
     let mut stderr = std::io::stderr().lock();
     let _ = writeln!(stderr, "[control plane] {line}");
+}
+
+/// Starts `program` with `args` in `dir`, its stdout and stderr going to `log`; `what` names it in
+/// the error.
+fn spawn_logged(
+    program: &std::ffi::OsStr,
+    args: &[impl AsRef<std::ffi::OsStr>],
+    dir: &Path,
+    log: fs::File,
+    what: &str,
+) -> Result<Child, HarnessError> {
+    Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(failed)?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| HarnessError::Failed(format!("spawn {what}: {e}")))
 }
 
 fn failed(error: impl std::fmt::Display) -> HarnessError {

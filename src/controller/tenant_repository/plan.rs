@@ -323,6 +323,15 @@ mod tests {
         InventoryEntry::test("v1", "ConfigMap", name)
     }
 
+    /// A status with revision `abc` applied and `inventory` recorded.
+    fn applied_abc(inventory: Vec<InventoryEntry>) -> TenantRepositoryStatus {
+        TenantRepositoryStatus {
+            last_applied_revision: Some("abc".into()),
+            inventory,
+            ..TenantRepositoryStatus::default()
+        }
+    }
+
     #[test]
     fn first_apply_applies_records_and_requeues_at_the_interval_with_jitter() {
         let plan = plan(
@@ -400,11 +409,7 @@ mod tests {
 
     #[test]
     fn objects_new_to_the_inventory_are_recorded_before_they_are_applied() {
-        let status = |inventory: Vec<InventoryEntry>| TenantRepositoryStatus {
-            last_applied_revision: Some("abc".into()),
-            inventory,
-            ..TenantRepositoryStatus::default()
-        };
+        let status = applied_abc;
         let two = || {
             let mut set = config_map("a");
             set.documents.extend(config_map("b").documents);
@@ -434,11 +439,7 @@ mod tests {
 
     #[test]
     fn validation_failure_applies_and_prunes_nothing_and_keeps_the_record() {
-        let status = TenantRepositoryStatus {
-            last_applied_revision: Some("abc".into()),
-            inventory: vec![entry("a")],
-            ..TenantRepositoryStatus::default()
-        };
+        let status = applied_abc(vec![entry("a")]);
         let repo = repo(true, Some(status));
         let problems = vec![Problem::field("spec.ip[0]", "bad").located("targets.yaml", Some(1), Some(1))];
         let plan = plan(&repo, Observed::Fetched { revision: "def".into(), load: Err(problems) }, Duration::ZERO);
@@ -465,11 +466,7 @@ mod tests {
 
     #[test]
     fn failed_apply_keeps_the_previous_revision_and_tracks_what_it_may_have_created() {
-        let status = TenantRepositoryStatus {
-            last_applied_revision: Some("abc".into()),
-            inventory: vec![entry("old")],
-            ..TenantRepositoryStatus::default()
-        };
+        let status = applied_abc(vec![entry("old")]);
         let repo = repo(true, Some(status));
         let planned =
             plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) }, Duration::ZERO);
