@@ -41,6 +41,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::HarnessError;
+use super::go_build::{self, GoBuild};
 use super::process::{find_on_path, free_port, kill_pid, process_running, wait_until_serving};
 
 /// The Go module holding the control plane.
@@ -1094,108 +1095,27 @@ pub fn pinned_version(module: &Path) -> Result<String, HarnessError> {
 
 /// Where built control planes are kept.
 pub fn cache_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CDTARGET_CONTROL_PLANE_CACHE") {
-        return PathBuf::from(dir);
+    match std::env::var_os("CDTARGET_CONTROL_PLANE_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => go_build::cache_base().join("control-plane"),
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("cdtarget/control-plane")
 }
 
 /// The control-plane binary for the current pin: from the cache, or built into it now (once per
 /// process; a concurrent build by another process only costs time, the rename is atomic).
 pub fn binary() -> Result<PathBuf, HarnessError> {
-    static BUILT: OnceLock<Result<PathBuf, (bool, String)>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        build().map_err(|error| match error {
-            HarnessError::Unavailable(what) => (true, what),
-            HarnessError::Failed(why) => (false, why),
-        })
-    });
-    match built {
-        Ok(path) => Ok(path.clone()),
-        Err((true, what)) => Err(HarnessError::Unavailable(what.clone())),
-        Err((false, why)) => Err(HarnessError::Failed(why.clone())),
+    let version = pinned_version(&module_dir())?;
+    GoBuild {
+        name: "control-plane".into(),
+        module: "hack/control-plane".into(),
+        package: ".".into(),
+        cache_dir: cache_root(),
+        key_prefix: version.clone(),
+        key_files: vec!["go.mod".into(), "go.sum".into(), "main.go".into()],
+        ldflags: Some(version_ldflags(&version)),
+        cold_estimate: "9-14 minutes (3.4 GB of memory)".into(),
     }
-}
-
-fn build() -> Result<PathBuf, HarnessError> {
-    let module = module_dir();
-    let version = pinned_version(&module)?;
-    let mut hash = Sha256::new();
-    for file in ["go.mod", "go.sum", "main.go"] {
-        hash.update(fs::read(module.join(file)).map_err(failed)?);
-    }
-    let key = hex::encode(hash.finalize());
-    let dir = cache_root().join(format!("{version}-{}", &key[..16]));
-    let binary = dir.join("control-plane");
-    if binary.is_file() {
-        return Ok(binary);
-    }
-    let go = find_on_path("go").ok_or_else(|| {
-        HarnessError::Unavailable(format!(
-            "Go is not installed: the cluster tests build kube-apiserver {version} from hack/control-plane with it"
-        ))
-    })?;
-    fs::create_dir_all(&dir).map_err(failed)?;
-    let total = Command::new(&go)
-        .args(["list", "-deps", "."])
-        .current_dir(&module)
-        .output()
-        .ok()
-        .filter(|output| output.status.success())
-        .map(|output| output.stdout.split(|&byte| byte == b'\n').filter(|line| !line.is_empty()).count());
-    report(&format!(
-        "building the control plane (Kubernetes {version}, hack/control-plane) into {} with {}; a cold build takes 9-14 minutes on 2 cores (3.4 GB of memory), later runs reuse it",
-        dir.display(),
-        go.display()
-    ));
-    let partial = dir.join(format!("control-plane.partial-{}", std::process::id()));
-    let started = Instant::now();
-    let mut child = Command::new(&go)
-        .args(["build", "-v", "-trimpath", "-ldflags", &version_ldflags(&version), "-o"])
-        .arg(&partial)
-        .arg(".")
-        .current_dir(&module)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| HarnessError::Failed(format!("go build: {e}")))?;
-    // `go build -v` names each package as it compiles it: count them for the progress lines.
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut compiled = 0usize;
-    let mut last_report = Instant::now();
-    let mut errors = Vec::new();
-    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-        if line.starts_with('#') || line.contains(": ") || line.starts_with('\t') {
-            errors.push(line);
-            continue;
-        }
-        compiled += 1;
-        if last_report.elapsed() >= Duration::from_secs(30) {
-            last_report = Instant::now();
-            let of = total.map(|total| format!(" of at most {total}")).unwrap_or_default();
-            report(&format!(
-                "control plane build: {compiled} packages compiled{of}, {:.0} s",
-                started.elapsed().as_secs_f64()
-            ));
-        }
-    }
-    let status = child.wait().map_err(failed)?;
-    if !status.success() {
-        let _ = fs::remove_file(&partial);
-        return Err(HarnessError::Failed(format!("go build of hack/control-plane ({status}):\n{}", errors.join("\n"))));
-    }
-    fs::rename(&partial, &binary).map_err(failed)?;
-    report(&format!(
-        "control plane built in {:.0} s ({compiled} packages compiled): {}",
-        started.elapsed().as_secs_f64(),
-        binary.display()
-    ));
-    Ok(binary)
+    .binary()
 }
 
 /// What `/version` reports: Kubernetes' own build sets these with the linker, `go build` leaves

@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod control_plane;
 pub mod fake_gitlab;
 pub mod git_daemon;
+pub mod go_build;
 pub mod http_git;
 pub mod process;
 pub mod sshd;
