@@ -174,6 +174,35 @@ impl Controller {
         Controller { child: Some(child), log }
     }
 
+    /// Starts `cdtarget <args>` with a TokenRequest token of the ServiceAccount
+    /// `service_account` (`namespace`, `name`) and exactly the environment `env` besides
+    /// `KUBECONFIG` (and what the test process has), logging to a file named after `name`: a
+    /// controller started as a pod spec of someone else's says (e.g. a Deployment the chart
+    /// installed), where [`Controller::start`] starts it as `deploy/` does.
+    pub async fn start_as(
+        cluster: &ControlPlane,
+        name: &str,
+        service_account: (&str, &str),
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Controller {
+        let kubeconfig = cluster.service_account_kubeconfig(service_account.0, service_account.1).await;
+        let dir = cluster.dir().join("controllers").join(name);
+        fs::create_dir_all(&dir).expect("controller directory");
+        let log = dir.join("controller.log");
+        let out = fs::OpenOptions::new().create(true).append(true).open(&log).expect("controller log");
+        let child = Command::new(env!("CARGO_BIN_EXE_cdtarget"))
+            .args(args)
+            .envs(env.iter().map(|(key, value)| (key, value)))
+            .env("KUBECONFIG", &kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .spawn()
+            .expect("spawn cdtarget controller");
+        Controller { child: Some(child), log }
+    }
+
     /// The process's log file (stdout and stderr); appended to across restarts of the same name.
     pub fn log(&self) -> &Path {
         &self.log
