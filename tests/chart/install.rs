@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, CONVERGE, Controller, PLATFORM_NAMESPACE, Tenant, exists, gone, path_str, ready,
 };
+use crate::common::control_plane::EXTERNAL_KUBECONFIG;
 use crate::common::fake_gitlab::{BOT_TOKEN, FakeGitLab, synthetic_key};
 use crate::common::{ControlPlane, HarnessError, skip_or_fail, test_dir};
 use crate::kit::{self, CHART, Helm, NAMESPACE, RELEASE, kustomize, root};
@@ -30,6 +31,13 @@ use crate::kit::{self, CHART, Helm, NAMESPACE, RELEASE, kustomize, root};
 /// docs/install.md#install-with-helm says (Pod Security `restricted` enforced), or `None` after a
 /// SKIP line.
 fn cluster(test: &str) -> Option<&'static ControlPlane> {
+    if std::env::var_os(EXTERNAL_KUBECONFIG).is_some() {
+        // It creates, installs into and uninstalls cdtarget-system: never on someone's cluster.
+        let why = format!(
+            "installs and uninstalls the chart in {NAMESPACE}, which {EXTERNAL_KUBECONFIG} (an existing cluster) must not see"
+        );
+        skip_or_fail::<()>(test, Err(HarnessError::Unavailable(why)))?;
+    }
     let cluster = skip_or_fail(test, ControlPlane::shared())?;
     static NAMESPACE_CREATED: OnceLock<()> = OnceLock::new();
     NAMESPACE_CREATED.get_or_init(|| {
