@@ -332,6 +332,9 @@ async fn the_chart_installed_with_helm_runs_the_controller_upgrades_and_uninstal
     // Install, as docs/install.md says (the namespace was created and labelled first).
     let installed = run(&["install", RELEASE, CHART, "-f", values]);
     assert!(installed.contains("STATUS: deployed"), "{installed}");
+    // NOTES.txt: how to check the controller, and the CRDs left to the platform team on upgrades.
+    assert!(installed.contains("kubectl -n cdtarget-system get tenantrepositories"), "{installed}");
+    assert!(installed.contains("never upgrades or deletes them"), "{installed}");
     for (kind, name) in INSTALLED {
         cluster.kubectl(&["get", kind, name, "-n", NAMESPACE]).success();
     }
