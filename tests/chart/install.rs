@@ -175,6 +175,28 @@ fn every_object_the_chart_and_deploy_render_passes_the_api_servers_strict_valida
     }
 }
 
+#[test]
+fn the_documented_command_shows_the_api_servers_own_address_and_port_to_narrow_the_network_policy() {
+    let test = "the_documented_command_shows_the_api_servers_own_address_and_port_to_narrow_the_network_policy";
+    let Some(cluster) = cluster(test) else { return };
+    // docs/install.md#install-with-kustomize: what CNIs see after the `kubernetes` Service's
+    // translation, and so what the NetworkPolicy's API server rule must allow.
+    let shown = cluster
+        .kubectl(&[
+            "get",
+            "endpointslices",
+            "-n",
+            "default",
+            "-l",
+            "kubernetes.io/service-name=kubernetes",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].addresses} {.items[*].ports[*].port}",
+        ])
+        .success();
+    let (host, port) = cluster.server().trim_start_matches("https://").rsplit_once(':').expect("host:port");
+    assert_eq!(shown, format!("[\"{host}\"] {port}"), "the API server is at {}", cluster.server());
+}
+
 /// The process a pod of `deployment` would run, on this machine: the container's arguments and
 /// environment (`fieldRef`s resolved for a pod named `pod`), every volume a directory under
 /// `dir` (a Secret volume holding the Secret's keys as files), every path into a volume moved
@@ -295,7 +317,7 @@ fn gitlab_synced(registration: Option<&TenantRepository>) -> bool {
 }
 
 /// What `helm` is asked in this namespace, as the cluster administrator.
-fn helm_in_cluster<'a>(cluster: &'a ControlPlane, args: &[&'a str]) -> Vec<String> {
+fn helm_in_cluster(cluster: &ControlPlane, args: &[&str]) -> Vec<String> {
     let kubeconfig = cluster.admin_kubeconfig().to_str().expect("UTF-8 path").to_owned();
     let mut all: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
     all.extend(["--namespace".to_owned(), NAMESPACE.to_owned(), "--kubeconfig".to_owned(), kubeconfig]);
