@@ -20,7 +20,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::runtime::watcher;
 use kube::{Api, Client, Config, Resource};
 use serde::de::DeserializeOwned;
@@ -350,20 +350,31 @@ async fn client(args: &RequestArgs) -> Result<Client, Failure> {
     let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
     let config = match (&args.kubeconfig, &args.context) {
         (Some(path), _) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| Failure::Error(format!("--kubeconfig {}: {e}", path.display())))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options)
-                .await
-                .map_err(|e| Failure::Error(format!("--kubeconfig {}: {e}", path.display())))?
+            let failed = |e: &KubeconfigError| Failure::Error(format!("--kubeconfig {}: {}", path.display(), said(e)));
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| failed(&e))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| failed(&e))?
         }
-        (None, Some(context)) => {
-            Config::from_kubeconfig(&options).await.map_err(|e| Failure::Error(format!("--context {context}: {e}")))?
-        }
-        (None, None) => Config::infer()
+        (None, Some(context)) => Config::from_kubeconfig(&options)
             .await
-            .map_err(|e| Failure::Error(format!("no cluster: {e} (give --kubeconfig FILE, or set KUBECONFIG)")))?,
+            .map_err(|e| Failure::Error(format!("--context {context}: {}", said(&e))))?,
+        (None, None) => Config::infer().await.map_err(|e| {
+            let shown = match std::error::Error::source(&e).and_then(|s| s.downcast_ref::<KubeconfigError>()) {
+                Some(parse @ KubeconfigError::Parse(_)) => said(parse),
+                _ => e.to_string(),
+            };
+            Failure::Error(format!("no cluster: {shown} (give --kubeconfig FILE, or set KUBECONFIG)"))
+        })?,
     };
     Client::try_from(config).map_err(|e| Failure::Error(format!("cannot build a client: {e}")))
+}
+
+/// A kubeconfig error, without the YAML parser's message: it can quote the file's values, a
+/// token among them.
+fn said(error: &KubeconfigError) -> String {
+    match error {
+        KubeconfigError::Parse(_) => "not a valid kubeconfig (YAML); its content is not shown".to_owned(),
+        other => other.to_string(),
+    }
 }
 
 /// A failed request on the object `what`, said plainly.
@@ -464,12 +475,12 @@ mod tests {
     #[test]
     fn a_handled_request_is_ready_only_with_ready_true() {
         let what = "TenantRepository cdtarget-system/team-a";
-        let ready = outcome(what, &[condition("True", "Succeeded", "applied 3 objects of abc")]);
+        let ready = outcome(what, &[condition("True", "Succeeded", "applied 3 objects of revision abc into team-a")]);
         assert_eq!(
             ready,
             Outcome {
                 ready: true,
-                line: "TenantRepository cdtarget-system/team-a: Ready=True Succeeded: applied 3 objects of abc".into()
+                line: "TenantRepository cdtarget-system/team-a: Ready=True Succeeded: applied 3 objects of revision abc into team-a".into()
             }
         );
         let failed = outcome(what, &[condition("False", "ValidationFailed", "a.yaml:1: spec.ip[0]: broader")]);
@@ -500,6 +511,19 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(1)), "1s");
         assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn a_kubeconfig_that_is_not_yaml_is_reported_without_its_content() {
+        let dir = std::env::temp_dir().join(format!("cdtarget-reconcile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, "users:\n- name: admin\n  user:\n    token: [s3cret-token\n").unwrap();
+        let error = Kubeconfig::read_from(&path).expect_err("not YAML");
+        assert!(error.to_string().contains("s3cret"), "the parser quotes the file: {error}");
+        let shown = said(&error);
+        assert!(!shown.contains("s3cret") && shown.contains("not a valid kubeconfig"), "{shown}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -148,7 +148,7 @@ async fn a_reconcile_request_costs_one_status_write_recording_it_and_the_next_pa
     cluster.clear_writes();
 
     cluster.reconcile().await;
-    assert_eq!(cluster.writes(), [format!("status {NAMESPACE}/{NAME}")], "the children are unchanged");
+    assert_eq!(cluster.writes(), [format!("status CDTarget {NAMESPACE}/{NAME}")], "the children are unchanged");
     assert_eq!(status(&cluster.target().await).last_handled_reconcile_at.as_deref(), Some(requested));
     cluster.clear_writes();
     cluster.reconcile().await;

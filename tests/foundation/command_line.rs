@@ -199,7 +199,9 @@ fn documented_usages(text: &str, flag_tables: bool) -> Vec<Vec<String>> {
             continuing = false;
             continue;
         }
-        let words = || line.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        // A shell comment is not part of the usage.
+        let code = line.split(" #").next().unwrap_or_default();
+        let words = || code.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
         if in_block && line.starts_with("cdtarget ") {
             usages.push(words());
             continuing = true;
@@ -239,6 +241,10 @@ fn the_docs_show_each_flag_with_the_value_name_of_its_help() {
                 let word = word.trim_start_matches('[').trim_end_matches(']');
                 let Some(long) = word.strip_prefix("--") else { continue };
                 let (long, inline) = long.split_once('=').map_or((long, None), |(l, v)| (l, Some(v)));
+                // clap's own, on every command.
+                if long == "help" || long == "version" {
+                    continue;
+                }
                 let Some(arg) = arguments(&command).find(|arg| arg.get_long() == Some(long)) else {
                     problems.push(format!("{doc}: `{}` shows --{long}, which it does not have", usage.join(" ")));
                     continue;
@@ -277,7 +283,8 @@ fn every_shell_gets_a_completion_script_naming_every_subcommand() {
         let out = cdtarget(&["completion", &shell]);
         assert!(out.status.success(), "{shell}: {}", String::from_utf8_lossy(&out.stderr));
         let script = String::from_utf8(out.stdout).expect("UTF-8 script");
-        for name in names.iter().chain(&["tenantrepository".to_owned(), "--kubeconfig".to_owned()]) {
+        // (fish names flags without their dashes: `-l kubeconfig`.)
+        for name in names.iter().chain(&["tenantrepository".to_owned(), "kubeconfig".to_owned()]) {
             assert!(script.contains(name.as_str()), "the {shell} script does not name {name}");
         }
     }
