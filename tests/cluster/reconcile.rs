@@ -164,7 +164,7 @@ async fn reconcile_cdtarget_as_the_tenant_waits_for_the_cdtarget_reconciler() {
     let log = shared_controller(cluster).await;
     tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
 
-    // The tenant's own ServiceAccount: its Role lets it patch and watch its CDTargets.
+    // The tenant's own ServiceAccount: its Role lets it get, list, watch and patch its CDTargets.
     let kubeconfig = cluster.service_account_kubeconfig(&tenant.ns, "cdtarget-tenant").await;
     let out =
         reconcile(&["cdtarget", "deploy-agents", "-n", &tenant.ns, "--wait", "--kubeconfig", path_str(&kubeconfig)])
