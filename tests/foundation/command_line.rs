@@ -372,3 +372,73 @@ fn version_agrees_with_dash_dash_version_and_names_the_commit_it_was_built_from(
     let short = format!("({}{})", &head[..12], if state == "dirty" { "-dirty" } else { "" });
     assert!(long.contains(&short), "{long} should name {short}");
 }
+
+/// Runs `build.rs`, compiled on its own with `rustc`, as cargo would for a crate at `manifest_dir`,
+/// with `env` on top; returns the `cargo:rustc-env` values it prints.
+fn run_build_script(manifest_dir: &Path, env: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("build-script");
+    let compiled = Command::new("rustc")
+        .args(["--edition", "2024", "-o"])
+        .arg(&script)
+        .arg(project_dir().join("build.rs"))
+        .output()
+        .ok()?;
+    assert!(compiled.status.success(), "{}", String::from_utf8_lossy(&compiled.stderr));
+    let mut command = Command::new(&script);
+    // What this process has of the variables the script reads; the rest (PATH, HOME for rustup's
+    // `rustc`) stays.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_FEATURE_") || name.starts_with("CDTARGET_GIT_") {
+            command.env_remove(name.as_ref());
+        }
+    }
+    let out = command
+        .env("CARGO_MANIFEST_DIR", manifest_dir)
+        .env("CARGO_PKG_VERSION", "9.8.7")
+        .env("TARGET", "x86_64-unknown-linux-gnu")
+        .env("PROFILE", "release")
+        .env("RUSTC", "rustc")
+        .envs(env.iter().copied())
+        .output()
+        .expect("the build script runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(
+        text.lines()
+            .filter_map(|line| line.strip_prefix("cargo:rustc-env="))
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .collect(),
+    )
+}
+
+#[test]
+fn the_build_script_takes_the_commit_from_the_environment_where_there_is_no_git_checkout() {
+    let test = "the_build_script_takes_the_commit_from_the_environment_where_there_is_no_git_checkout";
+    // A source tree without .git, as a container build context or an unpacked archive.
+    let tree = tempfile::tempdir().unwrap();
+    let Some(unknown) = run_build_script(tree.path(), &[("CARGO_FEATURE_FIXTURES", "1")]) else {
+        eprintln!("SKIP {test}: no rustc on PATH");
+        return;
+    };
+    assert_eq!(unknown["CDTARGET_BUILD_VERSION_LINE"], "9.8.7 (commit unknown)");
+    assert_eq!(
+        (unknown["CDTARGET_BUILD_GIT_COMMIT"].as_str(), unknown["CDTARGET_BUILD_GIT_TREE_STATE"].as_str()),
+        ("", "")
+    );
+    assert_eq!(unknown["CDTARGET_BUILD_FEATURES"], "fixtures");
+    assert_eq!(unknown["CDTARGET_BUILD_PROFILE"], "release");
+    assert!(unknown["CDTARGET_BUILD_RUSTC"].starts_with("rustc "), "{unknown:?}");
+
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let given = [("CDTARGET_GIT_COMMIT", commit), ("CDTARGET_GIT_TREE_STATE", "dirty")];
+    let passed = run_build_script(tree.path(), &given).expect("rustc ran before");
+    assert_eq!(passed["CDTARGET_BUILD_VERSION_LINE"], "9.8.7 (0123456789ab-dirty)");
+    assert_eq!(passed["CDTARGET_BUILD_GIT_COMMIT"], commit);
+    assert_eq!(passed["CDTARGET_BUILD_GIT_TREE_STATE"], "dirty");
+    // The environment wins over a checkout too (a builder that knows better).
+    let over_checkout = run_build_script(&project_dir(), &given).expect("rustc ran before");
+    assert_eq!(over_checkout["CDTARGET_BUILD_GIT_COMMIT"], commit);
+}
