@@ -28,7 +28,8 @@
 //!    watches and Lease renewals for 5 s, at most 60 s);
 //! 6. **no-op poll**: `cdtarget.io/requestedAt` on every registration (`kubectl annotate --all`),
 //!    until the audit log shows each registration's drift reads (a GET of each of its CDTargets,
-//!    as its tenant: the last requests of an unchanged poll);
+//!    as its tenant: the last reads of an unchanged poll) and each registration's status write
+//!    recording the request it handled (`status.lastHandledReconcileAt`);
 //! 7. **no-op re-render**: the policy ConfigMap created with the documented defaults written out
 //!    (`policy.yaml: {}`), which makes both controllers reconcile everything again, until the
 //!    audit log shows every registration's drift reads and every CDTarget's read of its
@@ -422,13 +423,15 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
             .kubectl(&["annotate", "tenantrepositories", "--all", "-n", PLATFORM_NAMESPACE, request, "--overwrite"])
             .success();
     };
-    let (poll, poll_wall) = no_op_window(&mut audit, annotate, |reads| reads.done(options), options)
-        .map_err(|e| format!("no-op poll: {e}"))?;
+    // The poll ends with each registration's status write recording the request.
+    let polled = |reads: &DriftReads| reads.done(options) && reads.requests_recorded(options);
+    let (poll, poll_wall) =
+        no_op_window(&mut audit, annotate, polled, options).map_err(|e| format!("no-op poll: {e}"))?;
     let polled_usage = Usage::now(apiserver, etcd, Some(pid));
     let polled_metrics = scrape(metrics_address).await;
     println!();
     report_window(
-        "no-op poll: `cdtarget.io/requestedAt` on every registration (kubectl annotate --all) → every registration's drift reads",
+        "no-op poll: `cdtarget.io/requestedAt` on every registration (kubectl annotate --all; each request handled is recorded in one status write) → every registration's drift reads",
         &poll,
         poll_wall,
         &settled.until(&polled_usage),
@@ -797,11 +800,19 @@ impl FirstPass {
 struct DriftReads {
     registrations: HashMap<String, HashSet<String>>,
     targets: HashSet<(String, String)>,
+    /// Registrations whose status the controller wrote (a request recorded as handled).
+    recorded: HashSet<String>,
 }
 
 impl DriftReads {
     fn add(&mut self, event: &AuditEvent) {
-        if !counted(event) || event.user != CONTROLLER_USER || event.verb != "get" {
+        if !counted(event) || event.user != CONTROLLER_USER {
+            return;
+        }
+        if event.verb == "patch" && event.resource == "tenantrepositories" && event.subresource == "status" {
+            self.recorded.insert(event.name.clone());
+        }
+        if event.verb != "get" {
             return;
         }
         if event.impersonated_user.is_some() && event.resource == "cdtargets" {
@@ -816,6 +827,11 @@ impl DriftReads {
             && self.registrations.values().all(|names| names.len() >= options.targets)
     }
 
+    /// Every registration recorded the request it handled (its last write of the poll).
+    fn requests_recorded(&self, options: Options) -> bool {
+        self.recorded.len() >= options.registrations
+    }
+
     fn targets_done(&self, options: Options) -> bool {
         self.targets.len() >= options.cdtargets()
     }
@@ -823,8 +839,9 @@ impl DriftReads {
     fn describe(&self, options: Options) -> String {
         let complete = self.registrations.values().filter(|names| names.len() >= options.targets).count();
         format!(
-            "the drift reads of {complete} of {} registrations and the last child read of {} of {} CDTargets",
+            "the drift reads of {complete} of {} registrations ({} recorded their request) and the last child read of {} of {} CDTargets",
             options.registrations,
+            self.recorded.len(),
             self.targets.len(),
             options.cdtargets()
         )

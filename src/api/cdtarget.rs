@@ -171,6 +171,12 @@ pub struct CDTargetStatus {
     /// What was rendered last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendered: Option<RenderedSummary>,
+
+    /// The value of the `cdtarget.io/requestedAt` annotation the last finished reconcile (success
+    /// or failure) was started with: `cdtarget reconcile cdtarget NAME --wait` waits for it to
+    /// match its request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// A summary of the children rendered for a CDTarget.

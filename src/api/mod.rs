@@ -6,6 +6,7 @@ pub mod keda;
 pub mod labels;
 pub mod names;
 pub mod policy;
+pub mod reconcile_request;
 pub mod tenant_repository;
 
 pub use cdtarget::{AgentConfig, CDTarget, CDTargetSpec, CDTargetStatus, RenderedSummary};

@@ -195,6 +195,11 @@ pub struct TenantRepositoryStatus {
     /// Ids of what cdtarget registered on GitLab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gitlab: Option<GitLabStatus>,
+    /// The value of the `cdtarget.io/requestedAt` annotation the last finished reconcile (success
+    /// or failure) was started with: `cdtarget reconcile tenantrepository NAME --wait` waits for
+    /// it to match its request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
 }
 
 /// One applied object.

@@ -1,14 +1,18 @@
-//! The command line: `render`, `validate`, `crds`, `controller`, `webhook-path` and
-//! `gitlab-sync`.
+//! The command line: `render`, `validate`, `crds`, `controller`, `webhook-path`, `gitlab-sync`,
+//! `reconcile`, `completion` and `version`.
 
+pub mod completion;
 pub mod gitlab_sync;
+pub mod reconcile;
 mod remote;
+pub mod version;
 pub mod webhook_path;
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::CustomResourceExt;
@@ -26,7 +30,7 @@ const MAX_POLICY_BYTES: u64 = 1 << 20;
 /// cdtarget: tenants' Git repositories rendered into egress NetworkPolicies, Azure Pipelines
 /// agents and KEDA autoscalers, inside the guardrails the cluster admins set.
 #[derive(Debug, Parser)]
-#[command(name = "cdtarget", version, about, long_about = None)]
+#[command(name = "cdtarget", version = version::VERSION_LINE, about, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -47,14 +51,14 @@ pub enum Command {
         #[command(flatten)]
         source: SourceArgs,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Text, value_name = "FORMAT")]
         output: Output,
     },
     /// Print the CustomResourceDefinitions of CDTarget and TenantRepository.
     Crds {
         /// Write one file per CRD into this directory (as committed under `deploy/crds/`)
         /// instead of printing them.
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
     },
     /// Run the controller against the cluster of the environment (in-cluster or kubeconfig):
@@ -66,6 +70,22 @@ pub enum Command {
     /// Put the registration's read-only deploy key and webhook on its GitLab project (or remove
     /// them with `--delete`) exactly as the controller does, once; `--dry-run` prints the calls.
     GitlabSync(gitlab_sync::GitLabSyncArgs),
+    /// Ask the controller to reconcile a TenantRepository or a CDTarget now (the annotation
+    /// `cdtarget.io/requestedAt`); with `--wait`, wait until it did and print the outcome.
+    Reconcile(reconcile::ReconcileArgs),
+    /// Print the completion script of a shell (`source <(cdtarget completion bash)`).
+    Completion {
+        /// The shell the script is for.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the version and what the binary was built from: Git commit, compiler, target,
+    /// profile and features.
+    Version {
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = version::VersionOutput::Text, value_name = "FORMAT")]
+        output: version::VersionOutput,
+    },
 }
 
 /// The tenant repository and the platform settings it is rendered with.
@@ -76,7 +96,7 @@ pub struct SourceArgs {
     #[arg(value_name = "DIR|URL")]
     pub source: String,
     /// With a URL: the branch, tag (`tags/NAME`) or full commit SHA to check out.
-    #[arg(long = "ref", value_name = "NAME", default_value = "main")]
+    #[arg(long = "ref", value_name = "REF", default_value = "main")]
     pub git_ref: String,
     /// With a URL: the directory inside the repository holding the manifests.
     #[arg(long, value_name = "SUBDIR")]
@@ -96,21 +116,22 @@ pub struct SourceArgs {
     /// With an https:// URL: a PEM CA bundle the server's certificate must chain to.
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
-    /// With a URL: upper bound on the fetch, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
-    pub timeout: u64,
+    /// With a URL: upper bound on the fetch, as a duration (`90s`, `5m`; a bare number counts as
+    /// seconds).
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = crate::source::registration::parse_timeout)]
+    pub timeout: Duration,
     /// The platform policy: a policy document, a ConfigMap with key `policy.yaml`, or the legacy
     /// `cdtarget-ports` ConfigMap. Without it the documented defaults apply.
-    #[arg(long, env = "CDTARGET_POLICY")]
+    #[arg(long, env = "CDTARGET_POLICY", value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// The tenant namespace every object goes to.
-    #[arg(long, short = 'n', default_value = "default")]
+    #[arg(long, short = 'n', default_value = "default", value_name = "NAMESPACE")]
     pub namespace: String,
     /// Largest YAML file read, in bytes.
-    #[arg(long, default_value_t = Limits::default().max_file_bytes)]
+    #[arg(long, default_value_t = Limits::default().max_file_bytes, value_name = "BYTES")]
     pub max_file_bytes: u64,
     /// Largest total of YAML read, in bytes.
-    #[arg(long, default_value_t = Limits::default().max_total_bytes)]
+    #[arg(long, default_value_t = Limits::default().max_total_bytes, value_name = "BYTES")]
     pub max_total_bytes: u64,
 }
 
@@ -130,6 +151,7 @@ pub fn main() -> ExitCode {
     let cli = match cli.command {
         Command::Controller(args) => return crate::controller::process::main(args),
         Command::GitlabSync(args) => return gitlab_sync::main(&args),
+        Command::Reconcile(args) => return reconcile::main(&args),
         command => Cli { command },
     };
     let stdout = io::stdout();
@@ -142,7 +164,9 @@ pub fn main() -> ExitCode {
         Command::WebhookPath(args) => {
             webhook_path::webhook_path_command(&args, &mut io::stdin().lock(), &mut stdout.lock(), &mut stderr.lock())
         }
-        Command::Controller(_) | Command::GitlabSync(_) => unreachable!("handled above"),
+        Command::Completion { shell } => completion::completion_command(shell, &mut stdout.lock()),
+        Command::Version { output } => version::version_command(output, &mut stdout.lock()),
+        Command::Controller(_) | Command::GitlabSync(_) | Command::Reconcile(_) => unreachable!("handled above"),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

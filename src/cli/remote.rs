@@ -29,7 +29,7 @@ pub fn fetch(args: &SourceArgs) -> Result<(Checkout, PathBuf), Problem> {
     let request = request(args)?;
     let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
     let checkout = Checkout(std::env::temp_dir().join(format!("cdtarget-{}-{unique}", std::process::id())));
-    let limits = Limits { timeout: Duration::from_secs(args.timeout), ..Limits::default() };
+    let limits = Limits { timeout: args.timeout, ..Limits::default() };
     source::set_io_timeout(limits.timeout);
 
     let mut indicator = ProgressLine::new();

@@ -16,7 +16,7 @@ pub struct WebhookPathArgs {
     #[arg(long, value_name = "NAME")]
     pub name: String,
     /// Namespace of the TenantRepository (the platform namespace).
-    #[arg(long, short = 'n', value_name = "NS")]
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
     pub namespace: String,
     /// File holding the webhook Secret's `token` (`-` reads standard input). One trailing
     /// newline is removed.

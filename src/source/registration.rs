@@ -81,6 +81,19 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
+/// A timeout given on the command line (`--timeout`, `--git-timeout`): a positive Go duration
+/// (`90s`, `5m`, `1h30m`) or, as these flags took before, a whole number of seconds (`60`).
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let parsed = match trimmed.parse::<u64>() {
+        Ok(seconds) => Some(Duration::from_secs(seconds)),
+        Err(_) => parse_go_duration(trimmed),
+    };
+    parsed.filter(|timeout| !timeout.is_zero()).ok_or_else(|| {
+        format!("`{text}` is not a positive duration such as `90s`, `5m` or `1h30m` (or a number of seconds)")
+    })
+}
+
 /// Git credentials from a Secret with Flux's key names: `identity` (SSH private key, with
 /// optional `identity.passphrase`) and `known_hosts`; or `username` and `password`; or
 /// `bearerToken`; and an optional `ca.crt` for HTTPS. A Secret with none of them means no
@@ -168,6 +181,17 @@ mod tests {
         assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_go_duration("5"), None);
         assert_eq!(parse_go_duration("5d"), None);
+    }
+
+    #[test]
+    fn a_command_line_timeout_is_a_positive_duration_or_a_number_of_seconds() {
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_timeout("60"), Ok(Duration::from_secs(60)), "the flags' former form");
+        for refused in ["0", "0s", "soon", "-5s", ""] {
+            let error = parse_timeout(refused).expect_err(refused);
+            assert!(error.contains("not a positive duration such as `90s`"), "{error}");
+        }
     }
 
     #[test]

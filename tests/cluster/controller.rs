@@ -199,16 +199,23 @@ async fn an_unchanged_poll_writes_nothing_but_a_drifted_object() {
             .and_then(|r| r.status.as_ref())
             .is_some_and(|status| status.conditions.iter().any(|c| c.type_ == "Applied" && c.status == "True"))
     };
-    tenant.registration_until("Applied=True", settled, log).await;
+    let before = tenant.registration_until("Applied=True", settled, log).await;
 
     // An unchanged poll, then (as a barrier: reconciles of one registration run one at a time) a
     // drifted ConfigMap and another poll, whose repair is awaited. Between the mark and the
-    // repair the controller may write the drifted ConfigMap back, and nothing else.
+    // repair the controller may write the drifted ConfigMap back and record each request it
+    // handled in status.lastHandledReconcileAt (one status write per request), nothing else.
     let mark = cluster.audit_mark();
     tenant.request_reconcile("unchanged");
     drift_pipeline_settings(cluster, &tenant.ns);
     tenant.request_reconcile("barrier");
     tenant.until::<ConfigMap, _>("the ConfigMap repaired", "pipeline-settings", settings_as_in_git, log).await;
+    let barrier_handled = |registration: Option<&TenantRepository>| {
+        registration
+            .and_then(|r| r.status.as_ref())
+            .is_some_and(|status| status.last_handled_reconcile_at.as_deref() == Some("barrier"))
+    };
+    let after = tenant.registration_until("the barrier request handled", barrier_handled, log).await;
 
     let events = cluster.audit_requests_until(mark, "the ConfigMap repair", |events| {
         !accepted_writes_as(events, &tenant.ns, "configmaps", "pipeline-settings").is_empty()
@@ -225,8 +232,17 @@ async fn an_unchanged_poll_writes_nothing_but_a_drifted_object() {
         .map(|event| format!("{} {}/{} as {}", event.verb, event.full_resource(), event.name, event.acting_user()))
         .collect();
     let repair = format!("patch configmaps/pipeline-settings as {}", tenant.user());
+    let recorded = format!("patch tenantrepositories/status/{} as {CONTROLLER_USER}", tenant.ns);
     assert!(writes.contains(&repair), "the drifted ConfigMap was not written back: {writes:#?}");
-    assert!(writes.iter().all(|write| *write == repair), "writes beyond the drifted object: {writes:#?}");
+    assert!(
+        writes.iter().all(|write| *write == repair || *write == recorded),
+        "writes beyond the drifted object and the requests recorded: {writes:#?}"
+    );
+    assert!(writes.iter().filter(|write| **write == recorded).count() <= 2, "{writes:#?}");
+    // The status writes recorded the requests and changed nothing else.
+    let mut expected = before.status.expect("status");
+    expected.last_handled_reconcile_at = Some("barrier".into());
+    assert_eq!(after.status.as_ref(), Some(&expected));
 }
 
 #[tokio::test]

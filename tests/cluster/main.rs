@@ -16,5 +16,6 @@ mod external;
 mod install;
 mod kit;
 mod policy;
+mod reconcile;
 mod resync;
 mod tenancy;

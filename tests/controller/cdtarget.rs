@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::labels::SECRETS_DIGEST;
+use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::{CDTarget, CDTargetStatus};
 use cdtarget::controller::cdtarget::reconcile;
 use cdtarget::controller::conditions::{READY, RECONCILING, STALLED, is_true};
@@ -14,6 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 
 use crate::support::{Cluster, NAME, NAMESPACE, TOKEN, cluster_with_target, target, uid};
@@ -134,6 +136,23 @@ async fn an_unchanged_second_reconcile_sends_no_mutating_request() {
 
     cluster.reconcile().await;
     assert_eq!(cluster.writes(), Vec::<String>::new(), "neither children nor status are written again");
+}
+
+#[tokio::test]
+async fn a_reconcile_request_costs_one_status_write_recording_it_and_the_next_pass_none() {
+    let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    let requested = "2026-11-24T10:00:00.5Z";
+    let patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: requested}}});
+    cluster.api::<CDTarget>().patch(NAME, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate");
+    cluster.clear_writes();
+
+    cluster.reconcile().await;
+    assert_eq!(cluster.writes(), [format!("status CDTarget {NAMESPACE}/{NAME}")], "the children are unchanged");
+    assert_eq!(status(&cluster.target().await).last_handled_reconcile_at.as_deref(), Some(requested));
+    cluster.clear_writes();
+    cluster.reconcile().await;
+    assert_eq!(cluster.writes(), Vec::<String>::new(), "a handled request is not written again");
 }
 
 #[tokio::test]

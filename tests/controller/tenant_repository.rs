@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
 use cdtarget::controller::tenant_repository::{
@@ -17,7 +18,7 @@ use cdtarget::source::{self, Fetcher, Limits};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube_fake_client::ClientBuilder;
 
@@ -251,6 +252,39 @@ async fn reconcile_with_nothing_changed_sends_no_mutating_request() {
     assert_eq!(fixture.writes(), Vec::<String>::new());
     // Action hides its duration; the interval-plus-jitter arithmetic is unit-tested with `plan`.
     assert_ne!(action, Action::await_change());
+}
+
+/// Asks for a reconcile as `cdtarget reconcile` does: the annotation, with a merge patch.
+async fn request_reconcile(fixture: &Fixture, requested: &str) {
+    let patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: requested}}});
+    fixture.registrations().patch(REPO, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate");
+}
+
+#[tokio::test]
+async fn a_reconcile_request_costs_one_status_write_recording_it_and_the_next_poll_none() {
+    let (fixture, _) = applied_once().await;
+    let requested = "2026-11-24T10:00:00.5Z";
+    request_reconcile(&fixture, requested).await;
+    fixture.reconcile().await;
+    assert_eq!(fixture.writes(), [format!("status {PLATFORM}/{REPO}")], "nothing else changed");
+    assert_eq!(fixture.status().await.last_handled_reconcile_at.as_deref(), Some(requested));
+
+    fixture.reconcile().await;
+    assert_eq!(fixture.writes(), Vec::<String>::new(), "a handled request is not written again");
+    assert_eq!(fixture.status().await.last_handled_reconcile_at.as_deref(), Some(requested));
+}
+
+#[tokio::test]
+async fn a_reconcile_request_is_handled_by_a_failed_reconcile_too() {
+    let (fixture, _) = applied_once().await;
+    fixture.repo.commit_and_push(&[("deploy/broken.yaml", "kind: [")], "broken");
+    let requested = "2026-11-24T11:00:00Z";
+    request_reconcile(&fixture, requested).await;
+    fixture.reconcile().await;
+    let status = fixture.status().await;
+    assert_eq!(status.last_handled_reconcile_at.as_deref(), Some(requested));
+    assert!(!is_true(&status.conditions, READY), "{status:#?}");
+    assert_eq!(condition(&status, READY).reason, REASON_VALIDATION_FAILED);
 }
 
 #[tokio::test]

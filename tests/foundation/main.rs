@@ -5,6 +5,7 @@
 mod bad_input;
 mod cases;
 mod cli;
+mod command_line;
 mod crds;
 mod defects;
 mod deploy;

@@ -3,6 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ApiResource;
 
+use crate::api::reconcile_request;
 use crate::api::{CDTarget, CDTargetStatus, RenderedSummary};
 use crate::apply::{Write, WriteError, Writer};
 use crate::controller::conditions::{self, Health};
@@ -19,6 +20,8 @@ pub fn next_status(
     conditions::summarize(&mut status.conditions, health, generation, now);
     status.observed_generation = generation;
     status.rendered = rendered;
+    status.last_handled_reconcile_at =
+        reconcile_request::last_handled(&target.metadata, status.last_handled_reconcile_at.as_deref());
     status
 }
 

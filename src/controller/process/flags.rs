@@ -16,7 +16,7 @@ use crate::webhook;
 pub struct Args {
     /// Namespace the controller runs in (the platform namespace): it holds the TenantRepositories
     /// (registrations elsewhere are ignored), the policy ConfigMap and the leader-election Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "cdtarget-system")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = "cdtarget-system", value_name = "NAMESPACE")]
     pub namespace: String,
     /// Name of the platform policy ConfigMap in the controller's namespace (key `policy.yaml`).
     /// When it does not exist the documented defaults apply; a change re-renders every CDTarget.
@@ -39,9 +39,11 @@ pub struct Args {
     #[arg(long, env = "CDTARGET_RESYNC_INTERVAL", default_value = "10m", value_name = "DURATION",
           value_parser = parse_interval)]
     pub cdtarget_resync_interval: Duration,
-    /// Upper bound on one Git fetch, in seconds; a socket silent for this long is cut too.
-    #[arg(long, env = "CDTARGET_GIT_TIMEOUT", default_value_t = 60, value_name = "SECONDS")]
-    pub git_timeout: u64,
+    /// Upper bound on one Git fetch, as a duration (`60s`, `2m`; a bare number counts as
+    /// seconds); a socket silent for this long is cut too.
+    #[arg(long, env = "CDTARGET_GIT_TIMEOUT", default_value = "60s", value_name = "DURATION",
+          value_parser = source::registration::parse_timeout)]
+    pub git_timeout: Duration,
     /// Most bytes one Git fetch may receive (the pack); more stalls the registration with
     /// `TooLarge`.
     #[arg(long, env = "CDTARGET_GIT_MAX_FETCH_BYTES", default_value_t = source::Limits::default().max_fetch_bytes, value_name = "BYTES")]
@@ -100,7 +102,7 @@ pub struct Args {
     #[arg(long, env = "CDTARGET_DEFAULT_TENANT_SERVICE_ACCOUNT", value_name = "NAME")]
     pub default_tenant_service_account: Option<String>,
     /// Log format.
-    #[arg(long, env = "CDTARGET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, env = "CDTARGET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     pub log_format: LogFormat,
     /// Log level or filter (`info`, `debug`, `info,kube=warn`, ...).
     #[arg(long, env = "CDTARGET_LOG_LEVEL", default_value = "info", value_name = "FILTER")]

@@ -230,7 +230,7 @@ async fn reconcile_until_stopped(
     if !keda {
         info!("KEDA (keda.sh/v1alpha1 ScaledObject) is not installed: agents run as plain Deployments");
     }
-    let git_timeout = Duration::from_secs(args.git_timeout.max(1));
+    let git_timeout = args.git_timeout;
     source::set_io_timeout(git_timeout);
     let limits = source::Limits {
         timeout: git_timeout,

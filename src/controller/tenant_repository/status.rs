@@ -5,6 +5,7 @@ use kube::api::ApiResource;
 
 use super::plan::Plan;
 use super::{APPLIED, REASON_SUSPENDED, SOURCE_READY};
+use crate::api::reconcile_request;
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
 use crate::apply::{Write, WriteError, Writer};
 use crate::controller::conditions::{self, READY};
@@ -54,6 +55,8 @@ pub fn next_status(
     if plan.health.is_some() {
         status.webhook_path = webhook_path;
     }
+    status.last_handled_reconcile_at =
+        reconcile_request::last_handled(&repo.metadata, status.last_handled_reconcile_at.as_deref());
     status
 }
 
