@@ -15,6 +15,8 @@ mod controller;
 mod external;
 mod install;
 mod kit;
+mod monitoring;
 mod policy;
+mod promql;
 mod resync;
 mod tenancy;
