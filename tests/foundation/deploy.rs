@@ -100,7 +100,8 @@ fn kustomization_lists_every_file_of_the_installation() {
     let kustomization = &documents("deploy/kustomization.yaml")[0];
     let listed: Vec<&str> = strings(&kustomization["resources"]);
     let root = project_dir().join("deploy");
-    for path in yaml_files(&root, &[]) {
+    // deploy/monitoring/ needs the Prometheus Operator's CRDs: installed on its own, not by the base.
+    for path in yaml_files(&root, &["monitoring"]) {
         let relative = path.strip_prefix(&root).unwrap().to_str().unwrap().to_owned();
         if relative == "kustomization.yaml" {
             continue;
