@@ -371,7 +371,13 @@ struct Inner {
     answered: tokio::sync::Notify,
     stats: Mutex<ClientStats>,
     jitter: AtomicU64,
+    /// Told the outcome of every call (the controller's metrics), once set.
+    observer: std::sync::OnceLock<RequestObserver>,
 }
+
+/// Receives the method and outcome of every call, after the client's retries (the failure's
+/// class, never its message).
+pub type RequestObserver = Arc<dyn Fn(&str, Result<(), ErrorKind>) + Send + Sync>;
 
 impl fmt::Debug for GitLabClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -477,6 +483,7 @@ impl GitLabClient {
                 answered: tokio::sync::Notify::new(),
                 stats: Mutex::new(ClientStats::default()),
                 jitter: AtomicU64::new(seed | 1),
+                observer: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -484,6 +491,12 @@ impl GitLabClient {
     /// `<base>/api/v4/`.
     pub fn api_url(&self) -> &str {
         self.inner.api.as_str()
+    }
+
+    /// Tells `observer` the outcome of every call from now on (of this client and its clones); a
+    /// second observer is ignored.
+    pub fn observe_requests(&self, observer: RequestObserver) {
+        let _ = self.inner.observer.set(observer);
     }
 
     /// Requests sent so far.
@@ -617,6 +630,20 @@ impl GitLabClient {
 
     /// Sends one request with the retries of the policy; returns 2xx answers, maps the rest.
     async fn send(&self, method: Method, url: Url, body: Option<&Value>, what: &str) -> Result<Answer, GitLabError> {
+        let result = self.send_with_retries(method.clone(), url, body, what).await;
+        if let Some(observer) = self.inner.observer.get() {
+            observer(method.as_str(), result.as_ref().map(|_| ()).map_err(|e| e.kind));
+        }
+        result
+    }
+
+    async fn send_with_retries(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<Answer, GitLabError> {
         let inner = &self.inner;
         let idempotent = method != Method::POST;
         // Failures (5xx, connection) count against `max_attempts`; 429s against the time

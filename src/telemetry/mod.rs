@@ -3,6 +3,8 @@
 //!
 //! The HTTP side shares a [`State`] that never holds the kube client.
 
+pub mod process;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +15,7 @@ use axum::extract::State as AxumState;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -123,6 +126,57 @@ pub struct WebhookLabels {
     pub result: &'static str,
 }
 
+/// Labels of the per-object readiness gauge (as Flux's `gotk_*` metrics name an object).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    /// `TenantRepository` or `CDTarget`.
+    pub kind: &'static str,
+    /// The object's namespace.
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+    /// `true` while `spec.suspend` is set (nothing is reconciled; Ready keeps its last status).
+    pub suspended: &'static str,
+}
+
+/// One sample of `cdtarget_object_ready`: what the Ready condition a reconciler wrote says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// The series.
+    pub labels: ObjectLabels,
+    /// `Ready=True`.
+    pub ready: bool,
+}
+
+impl Readiness {
+    /// The sample of object `kind` `namespace/name` whose status holds `conditions`: ready when
+    /// its `Ready` condition is `True` (absent, `False` or `Unknown` is not ready).
+    pub fn of(kind: &'static str, namespace: &str, name: &str, conditions: &[Condition], suspended: bool) -> Self {
+        Readiness {
+            labels: ObjectLabels {
+                kind,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                suspended: if suspended { "true" } else { "false" },
+            },
+            ready: conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
+        }
+    }
+}
+
+/// Receives the readiness of every status a reconciler wrote (or found already written).
+pub type ReadinessObserver = Arc<dyn Fn(Readiness) + Send + Sync>;
+
+/// Labels of the GitLab request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GitLabLabels {
+    /// `GET`, `POST`, `PUT` or `DELETE`.
+    pub method: String,
+    /// `success`, or the class of the failure as the `GitLabSynced` condition names it
+    /// (`GitLabUnauthorized`, `GitLabUnavailable`, `GitLabRateLimited`, ...).
+    pub result: &'static str,
+}
+
 /// Labels of the webhook handling-time histogram.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookTypeLabels {
@@ -180,11 +234,20 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     /// The webhook receiver's requests and handling time.
     pub webhook: WebhookMetrics,
+    /// 1 per object whose Ready condition is True, 0 otherwise (suspended ones included).
+    pub object_ready: Family<ObjectLabels, Gauge>,
+    /// 1 while this replica holds the lease (or runs without leader election).
+    pub leader: Gauge,
+    /// GitLab API calls (after the client's retries) per method and result.
+    pub gitlab_requests: Family<GitLabLabels, Counter>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("cdtarget");
+        let mut root = Registry::default();
+        // The standard process_* names, outside the cdtarget_ prefix.
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("cdtarget");
         let reconcile_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
             // 5 ms .. ~2.7 min
             Histogram::new(exponential_buckets(0.005, 2.0, 16))
@@ -228,8 +291,26 @@ impl Default for Metrics {
             "Time from a webhook request's arrival to its answer, per registration type",
             webhook.duration.clone(),
         );
+        let object_ready = Family::<ObjectLabels, Gauge>::default();
+        registry.register(
+            "object_ready",
+            "1 when the object's Ready condition is True, else 0, per kind and object (suspended ones included)",
+            object_ready.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the lease and runs the reconcilers, else 0",
+            leader.clone(),
+        );
+        let gitlab_requests = Family::<GitLabLabels, Counter>::default();
+        registry.register(
+            "gitlab_requests",
+            "GitLab API calls after retries, per method and result (success or the failure class)",
+            gitlab_requests.clone(),
+        );
         Metrics {
-            registry,
+            registry: root,
             git_fetch_duration,
             objects_applied,
             objects_pruned,
@@ -238,6 +319,9 @@ impl Default for Metrics {
             reconciles,
             writes,
             webhook,
+            object_ready,
+            leader,
+            gitlab_requests,
         }
     }
 }
@@ -267,6 +351,31 @@ impl Metrics {
     /// for the life of the process.
     pub fn forget_registration(&self, registration: &str) {
         self.managed_objects.remove(&RegistrationLabels { registration: registration.to_owned() });
+    }
+
+    /// Records the readiness of one object (replacing its series of the other `suspended` value).
+    pub fn set_readiness(&self, sample: Readiness) {
+        let mut other = sample.labels.clone();
+        other.suspended = if other.suspended == "true" { "false" } else { "true" };
+        self.object_ready.remove(&other);
+        self.object_ready.get_or_create(&sample.labels).set(i64::from(sample.ready));
+    }
+
+    /// Drops the readiness series of an object that is gone.
+    pub fn forget_object(&self, kind: &'static str, namespace: &str, name: &str) {
+        for suspended in ["true", "false"] {
+            self.object_ready.remove(&ObjectLabels {
+                kind,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                suspended,
+            });
+        }
+    }
+
+    /// Counts one GitLab call of `method` ending in `result` (`success` or a failure class).
+    pub fn count_gitlab_request(&self, method: &str, result: &'static str) {
+        self.gitlab_requests.get_or_create(&GitLabLabels { method: method.to_owned(), result }).inc();
     }
 
     /// Counts one write of `verb` to an object of `kind`.
@@ -324,9 +433,10 @@ impl State {
         self.ready.load(Ordering::SeqCst)
     }
 
-    /// Records whether this replica leads.
+    /// Records whether this replica leads (also in `cdtarget_leader`).
     pub fn set_leader(&self, leader: bool) {
         self.leader.store(leader, Ordering::SeqCst);
+        self.metrics.leader.set(i64::from(leader));
     }
 
     /// Whether this replica leads.
@@ -474,5 +584,89 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("cdtarget_api_writes_total{verb=\"apply\",kind=\"ConfigMap\"} 2"), "{text}");
         assert!(text.contains("cdtarget_api_writes_total{verb=\"status\",kind=\"CDTarget\"} 1"), "{text}");
+    }
+
+    fn condition(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "Test".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        }
+    }
+
+    #[test]
+    fn readiness_is_the_ready_condition_being_true_and_nothing_else() {
+        let of =
+            |conditions: &[Condition], suspended| Readiness::of("CDTarget", "team-a", "agents", conditions, suspended);
+        assert!(of(&[condition("Ready", "True")], false).ready);
+        assert!(!of(&[condition("Ready", "False"), condition("Stalled", "True")], false).ready);
+        assert!(!of(&[condition("Ready", "Unknown")], false).ready);
+        assert!(!of(&[], false).ready, "no status yet is not ready");
+        assert!(!of(&[condition("Applied", "True")], false).ready, "another condition says nothing of Ready");
+        let suspended = of(&[condition("Ready", "True")], true);
+        assert_eq!(
+            suspended.labels,
+            ObjectLabels { kind: "CDTarget", namespace: "team-a".into(), name: "agents".into(), suspended: "true" }
+        );
+    }
+
+    #[test]
+    fn object_readiness_has_one_series_per_object_and_none_once_it_is_gone() {
+        let metrics = Metrics::default();
+        let ready = [condition("Ready", "True")];
+        let failing = [condition("Ready", "False")];
+        metrics.set_readiness(Readiness::of("TenantRepository", "cdtarget-system", "team-a", &ready, false));
+        metrics.set_readiness(Readiness::of("CDTarget", "team-b", "agents", &failing, false));
+        let text = metrics.encode();
+        assert!(text.contains(
+            "cdtarget_object_ready{kind=\"TenantRepository\",namespace=\"cdtarget-system\",name=\"team-a\",suspended=\"false\"} 1"
+        ), "{text}");
+        assert!(
+            text.contains(
+                "cdtarget_object_ready{kind=\"CDTarget\",namespace=\"team-b\",name=\"agents\",suspended=\"false\"} 0"
+            ),
+            "{text}"
+        );
+
+        // Suspending replaces the series rather than adding one.
+        metrics.set_readiness(Readiness::of("TenantRepository", "cdtarget-system", "team-a", &ready, true));
+        let text = metrics.encode();
+        assert!(text.contains("name=\"team-a\",suspended=\"true\"} 1"), "{text}");
+        assert!(!text.contains("name=\"team-a\",suspended=\"false\""), "{text}");
+
+        metrics.forget_object("TenantRepository", "cdtarget-system", "team-a");
+        let text = metrics.encode();
+        assert!(!text.contains("team-a"), "{text}");
+        assert!(text.contains("name=\"agents\""), "{text}");
+    }
+
+    #[test]
+    fn metrics_expose_process_figures_under_their_standard_names() {
+        let text = Metrics::default().encode();
+        for name in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds "] {
+            assert!(text.lines().any(|line| line.starts_with(name)), "no {name}in {text}");
+        }
+        assert!(!text.contains("cdtarget_process_"), "{text}");
+    }
+
+    #[test]
+    fn metrics_expose_leadership_and_gitlab_calls() {
+        let state = State::default();
+        assert!(state.metrics.encode().contains("cdtarget_leader 0"));
+        state.set_leader(true);
+        state.metrics.count_gitlab_request("GET", "success");
+        state.metrics.count_gitlab_request("POST", "GitLabUnauthorized");
+        let text = state.metrics.encode();
+        assert!(text.contains("cdtarget_leader 1"), "{text}");
+        assert!(text.contains("cdtarget_gitlab_requests_total{method=\"GET\",result=\"success\"} 1"), "{text}");
+        assert!(
+            text.contains("cdtarget_gitlab_requests_total{method=\"POST\",result=\"GitLabUnauthorized\"} 1"),
+            "{text}"
+        );
     }
 }

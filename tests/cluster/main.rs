@@ -17,5 +17,6 @@ mod install;
 mod kit;
 mod policy;
 mod reconcile;
+mod readiness;
 mod resync;
 mod tenancy;

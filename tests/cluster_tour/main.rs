@@ -7,7 +7,9 @@
 //!   and the finalizer `cdtarget.io/gitlab-cleanup`; deleting it removes both and releases the
 //!   finalizer, also after GitLab was down at the time of the deletion;
 //! * `least_privilege`: a full tour of everything the controller does, then every request of its
-//!   own identity in the audit log compared with `deploy/rbac.yaml`, both ways.
+//!   own identity in the audit log compared with `deploy/rbac.yaml`, both ways;
+//! * `monitoring`: the alert rules checked and unit tested by the real `promtool`, and every
+//!   metric name of the dashboard and the alerts found on this controller's `/metrics`.
 //!
 //! One control plane for the binary, started with `OwnerReferencesPermissionEnforcement` on top
 //! of the default admission plugins (the grants on `*/finalizers` exist for it), and one
@@ -21,5 +23,7 @@ mod common;
 
 mod gitlab;
 mod least_privilege;
+mod monitoring;
+mod promql;
 mod support;
 mod webhook;

@@ -232,12 +232,7 @@ impl Controller {
     }
 
     fn logged_address(&self, message: &str) -> SocketAddr {
-        until_appended(&self.log, Duration::from_secs(60), message, || {
-            let text = fs::read_to_string(&self.log).unwrap_or_default();
-            let line = text.lines().find(|line| line.contains(message))?;
-            let value = line.split("address=").nth(1)?.split_whitespace().next()?;
-            value.trim_matches('"').parse().ok()
-        })
+        logged_address(&self.log, message)
     }
 
     /// Keeps the process for the life of the test process (for statics, which are never
@@ -254,6 +249,26 @@ impl Drop for Controller {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The address a controller logging to `log` serves `/metrics`, `/healthz` and `/readyz` on, read
+/// off the log once it says so (for the [`shared_controller`], whose log is all a test has).
+pub fn logged_metrics_address(log: &Path) -> SocketAddr {
+    logged_address(log, "serving /metrics")
+}
+
+/// The address of the webhook receiver of a controller logging to `log`.
+pub fn logged_webhook_address(log: &Path) -> SocketAddr {
+    logged_address(log, "serving the webhook receiver")
+}
+
+fn logged_address(log: &Path, message: &str) -> SocketAddr {
+    until_appended(log, Duration::from_secs(60), message, || {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        let line = text.lines().find(|line| line.contains(message))?;
+        let value = line.split("address=").nth(1)?.split_whitespace().next()?;
+        value.trim_matches('"').parse().ok()
+    })
 }
 
 /// The controller process a test binary shares (one Lease holder): its log file. Started once,

@@ -261,3 +261,25 @@ async fn the_debug_form_of_a_client_shows_no_token() {
     let client = client(&fake, &TestClock::default());
     assert!(!format!("{client:?}").contains(BOT_TOKEN));
 }
+
+#[tokio::test]
+async fn the_observer_is_told_each_calls_method_and_outcome_once_after_retries() {
+    let fake = FakeGitLab::start();
+    let id = fake.add_project("team-a/app");
+    let client = client(&fake, &TestClock::default());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    client.observe_requests(std::sync::Arc::new(move |method: &str, result: Result<(), ErrorKind>| {
+        sink.lock().unwrap().push((method.to_owned(), result));
+    }));
+    client.project("team-a/app").await.unwrap();
+    // A 500 retried and then answered is one call, and a success.
+    fake.inject(Some("GET"), Some("/projects/:id/hooks"), Fault::ServerError, 1);
+    client.hooks(id).await.unwrap();
+    client.project("team-a/missing").await.unwrap_err();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [("GET".to_owned(), Ok(())), ("GET".to_owned(), Ok(())), ("GET".to_owned(), Err(ErrorKind::ProjectNotFound)),]
+    );
+    assert_eq!(client.stats().count("GET"), 4, "the retry was sent: {:?}", fake.log());
+}

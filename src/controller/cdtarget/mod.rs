@@ -82,6 +82,8 @@ pub struct Context {
     pub tenants: Tenants,
     /// When a CDTarget whose children are in place is checked again ([`RESYNC`] by default).
     pub resync: Duration,
+    /// Told the readiness of every status written, for `cdtarget_object_ready`.
+    pub readiness: Option<crate::telemetry::ReadinessObserver>,
 }
 
 impl Context {
@@ -98,7 +100,14 @@ impl Context {
             recorder: None,
             tenants: Tenants::default(),
             resync: RESYNC,
+            readiness: None,
         }
+    }
+
+    /// Tells `observer` the readiness of every status written.
+    pub fn with_readiness(mut self, observer: crate::telemetry::ReadinessObserver) -> Self {
+        self.readiness = Some(observer);
+        self
     }
 
     /// Checks a CDTarget whose children are in place again every `resync`.
@@ -246,10 +255,15 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
     let status = next_status(&target, &health, rendered, &Time(Timestamp::now()));
     let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let transition = super::events::transition(previous, &status.conditions);
+    let readiness =
+        crate::telemetry::Readiness::of("CDTarget", &namespace, &target.name_any(), &status.conditions, false);
     status::write(&ctx.writer, &namespace, &target, status)
         .instrument(tracing::info_span!("status"))
         .await
         .map_err(Error::Status)?;
+    if let Some(observer) = &ctx.readiness {
+        observer(readiness);
+    }
     super::events::publish(ctx.recorder.as_ref(), target.as_ref(), transition).await;
     result?;
     tracing::debug!(reason = health.reason(), requeue_seconds = requeue.as_secs(), "reconciled");

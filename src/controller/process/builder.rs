@@ -177,6 +177,11 @@ impl Builder {
             .with_tenants(cdtarget::Tenants::new(settings.default_tenant_service_account.clone()))
             .with_resync(settings.cdtarget_resync);
         if let Some(settings) = gitlab {
+            let gitlab_metrics = state.clone();
+            settings.client.observe_requests(Arc::new(move |method, result| {
+                let result = result.map_or_else(|kind| kind.reason(), |()| "success");
+                gitlab_metrics.metrics.count_gitlab_request(method, result)
+            }));
             repo_ctx = repo_ctx.with_gitlab(settings);
         } else {
             info!("no --gitlab-url: registrations with spec.gitlab report GitLabSynced=False (GitLabNotConfigured)");
@@ -186,10 +191,22 @@ impl Builder {
             target_ctx = target_ctx.with_recorder(recorder);
         }
         let apply_metrics = state.clone();
-        let repo_ctx = Arc::new(repo_ctx.with_observer(Arc::new(move |report: &tenant_repository::ApplyReport| {
-            apply_metrics.metrics.observe_apply(&report.registration, report.applied, report.pruned, report.managed)
-        })));
-        let target_ctx = Arc::new(target_ctx);
+        let readiness_metrics = state.clone();
+        let readiness: crate::telemetry::ReadinessObserver =
+            Arc::new(move |sample| readiness_metrics.metrics.set_readiness(sample));
+        let repo_ctx = Arc::new(
+            repo_ctx
+                .with_observer(Arc::new(move |report: &tenant_repository::ApplyReport| {
+                    apply_metrics.metrics.observe_apply(
+                        &report.registration,
+                        report.applied,
+                        report.pruned,
+                        report.managed,
+                    )
+                }))
+                .with_readiness(readiness.clone()),
+        );
+        let target_ctx = Arc::new(target_ctx.with_readiness(readiness));
         let config = controller::Config::default().concurrency(settings.reconcile_concurrency);
 
         // TenantRepositories: the one reflector of the registrations, re-read when a Secret of
@@ -220,8 +237,12 @@ impl Builder {
         // CDTargets: their own reflector, their children, the Secrets they reference, the policy
         // and KEDA coming or going.
         let (target_store, target_writer) = reflector::store();
+        let gone_metrics = state.clone();
         let targets = sources
             .targets
+            .inspect(super::vanished::on_vanished(move |namespace, name| {
+                gone_metrics.metrics.forget_object("CDTarget", namespace, name)
+            }))
             .modify(|target| target.managed_fields_mut().clear())
             .reflect(target_writer)
             .applied_objects()

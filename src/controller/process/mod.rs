@@ -13,6 +13,7 @@ pub mod keda;
 pub mod lease;
 pub mod registrations;
 pub mod shutdown;
+pub mod vanished;
 pub mod watches;
 
 use std::process::ExitCode;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use tokio::sync::watch;
 use tracing::info;
 
@@ -154,11 +155,14 @@ pub async fn run(args: Args) -> Result<(), RunError> {
     // does.
     let shard = shard_config(args.shard_selector.as_deref());
     let metrics = state.clone();
-    let (registrations, registrations_watch) =
-        Registrations::new(watches::registrations(&client, &args.namespace, shard), move |repo| {
-            let registration = format!("{}/{}", repo.namespace().unwrap_or_default(), repo.name_any());
-            metrics.metrics.forget_registration(&registration);
-        });
+    // A registration gone (deleted, or missing from a re-list) leaves no series behind.
+    let events = watches::registrations(&client, &args.namespace, shard)
+        .inspect(vanished::on_vanished(move |namespace, name| {
+            metrics.metrics.forget_registration(&format!("{namespace}/{name}"));
+            metrics.metrics.forget_object("TenantRepository", namespace, name);
+        }))
+        .boxed();
+    let (registrations, registrations_watch) = Registrations::new(events, |_| {});
     let registrations_watch = tokio::spawn(registrations_watch);
     let keeper = tokio::spawn(keep_receiver_index(
         client.clone(),

@@ -89,6 +89,8 @@ pub struct Context {
     /// The GitLab syncer's settings; `None` when the controller runs without `--gitlab-url`
     /// (registrations with `spec.gitlab` then report `GitLabSynced=False`, `GitLabNotConfigured`).
     pub gitlab: Option<crate::gitlab::Settings>,
+    /// Told the readiness of every status written, for `cdtarget_object_ready`.
+    pub readiness: Option<crate::telemetry::ReadinessObserver>,
 }
 
 /// What one reconcile did to the cluster.
@@ -121,7 +123,14 @@ impl Context {
             recorder: None,
             observer: None,
             gitlab: None,
+            readiness: None,
         }
+    }
+
+    /// Tells `observer` the readiness of every status written.
+    pub fn with_readiness(mut self, observer: crate::telemetry::ReadinessObserver) -> Self {
+        self.readiness = Some(observer);
+        self
     }
 
     /// Manages deploy keys and webhooks of registrations with `spec.gitlab` through `settings`.
@@ -301,6 +310,15 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         .instrument(tracing::info_span!("status"))
         .await
         .map_err(Error::Status)?;
+    if let Some(observer) = &ctx.readiness {
+        observer(crate::telemetry::Readiness::of(
+            "TenantRepository",
+            &namespace,
+            &name,
+            &status.conditions,
+            repo.spec.suspend,
+        ));
+    }
     super::events::publish(ctx.recorder.as_ref(), repo.as_ref(), transition).await;
     if let Some(observer) = &ctx.observer {
         observer(&report);
