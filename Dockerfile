@@ -24,6 +24,20 @@ RUN binary="$(hack/static-binary.sh)" && hack/image-rootfs.sh "$binary" /etc/ssl
 FROM scratch AS prebuilt
 COPY rootfs/ /rootfs/
 
+# On demand only, the CycloneDX SBOM of the binary's dependency tree (crates, and through
+# openssl-src, libgit2-sys, libssh2-sys and libz-sys the C libraries built into it):
+#   docker build --target sbom --output type=local,dest=. .    (buildah bud takes the same options)
+# writes cdtarget_bin.cdx.json. The default build skips both stages.
+FROM ${RUST_IMAGE} AS sbom-build
+WORKDIR /src
+COPY . .
+RUN cargo install --locked --root /opt/sbom cargo-cyclonedx@0.5.9 \
+ && PATH="/opt/sbom/bin:$PATH" cargo cyclonedx --features vendored --describe binaries \
+      --target "$(rustc -vV | sed -n 's/^host: //p')" --spec-version 1.5 --format json
+
+FROM scratch AS sbom
+COPY --from=sbom-build /src/cdtarget_bin.cdx.json /
+
 # Whichever of the two BINARY_FROM names (buildah and BuildKit skip the other one).
 FROM ${BINARY_FROM} AS binary
 
