@@ -39,14 +39,7 @@ fn the_image_renders_the_example_byte_for_byte_like_the_host_binary() {
     let examples = manifest_dir().join("examples");
     let inside = image.run(
         &[Mount::read_only(&examples, "/examples")],
-        &[
-            "render",
-            "/examples/tenant-repo",
-            "--policy",
-            "/examples/platform/policy.yaml",
-            "--namespace",
-            NAMESPACE,
-        ],
+        &["render", "/examples/tenant-repo", "--policy", "/examples/platform/policy.yaml", "--namespace", NAMESPACE],
     );
     let on_host = host_cdtarget(&[
         "render",
@@ -65,7 +58,7 @@ fn the_image_renders_the_example_byte_for_byte_like_the_host_binary() {
 #[test]
 fn the_image_runs_as_65532_and_so_do_its_processes() {
     let Some(image) = image("the_image_runs_as_65532_and_so_do_its_processes") else { return };
-    assert_eq!(image.config("{{.OCIv1.Config.User}}"), "65532:65532", "the image's configured user");
+    assert_eq!(image.config()["User"], "65532:65532", "the image's configured user");
     // A file written by the process in the image belongs to the uid and gid it ran as.
     let out = common::test_dir();
     fs::set_permissions(out.path(), fs::Permissions::from_mode(0o777)).expect("open the output directory to anyone");
@@ -110,13 +103,17 @@ fn the_image_holds_a_static_binary_a_ca_bundle_and_tmp_only() {
     );
     assert_eq!(tmp_mode, 0o1777, "/tmp is writable by anyone, sticky");
     assert_eq!(program_interpreter(&binary), None, "the binary asks for a dynamic loader: it is not static");
-    assert_eq!(image.config("{{json .OCIv1.Config.Entrypoint}}"), format!("[\"{ENTRYPOINT}\"]"));
-    let env = image.config("{{json .OCIv1.Config.Env}}");
+    let config = image.config();
+    assert_eq!(config["Entrypoint"], serde_json::json!([ENTRYPOINT]));
+    let env = &config["Env"];
     for variable in [format!("SSL_CERT_FILE={CA_BUNDLE}"), "SSL_CERT_DIR=/etc/ssl/certs".to_string()] {
-        assert!(env.contains(&variable), "{variable} missing from the image's environment: {env}");
+        assert!(env.as_array().is_some_and(|env| env.contains(&variable.as_str().into())), "{variable} missing: {env}");
     }
-    let version = image.config("{{index .OCIv1.Config.Labels \"org.opencontainers.image.version\"}}");
-    assert_eq!(version, env!("CARGO_PKG_VERSION"), "the Dockerfile's VERSION default is the crate's version");
+    assert_eq!(
+        config["Labels"]["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION"),
+        "the Dockerfile's VERSION default is the crate's version"
+    );
     eprintln!(
         "[image] binary {:.1} MB; image {:.1} MB uncompressed, {:.1} MB gzip-compressed",
         binary.len() as f64 / 1e6,
@@ -157,7 +154,8 @@ fn https_fetches_in_the_image_trust_the_bundle_at_ssl_cert_file_and_nothing_else
     let bundle = common::test_dir();
     let bundle_file = bundle.path().join("ca-certificates.crt");
     fs::write(&bundle_file, https.ca_pem().expect("the test CA")).expect("write the bundle");
-    let trusted = image.run(&[Mount::read_only(&examples, "/examples"), Mount::read_only(&bundle_file, CA_BUNDLE)], &render);
+    let trusted =
+        image.run(&[Mount::read_only(&examples, "/examples"), Mount::read_only(&bundle_file, CA_BUNDLE)], &render);
     let on_host = host_cdtarget(&[
         "render",
         "examples/tenant-repo",
@@ -244,13 +242,15 @@ fn build_image() -> Result<Image, HarnessError> {
 }
 
 impl Image {
-    /// A Go template over `buildah inspect` of the image.
-    fn config(&self, format: &str) -> String {
-        self.buildah
-            .checked(&["inspect", "--type", "image", "--format", format, &self.name], "buildah inspect")
-            .unwrap_or_else(|error| panic!("{error}"))
-            .trim()
-            .to_string()
+    /// The image's OCI configuration (`config` of `buildah inspect`: User, Entrypoint, Env,
+    /// Labels, ...).
+    fn config(&self) -> serde_json::Value {
+        let inspected = self
+            .buildah
+            .checked(&["inspect", "--type", "image", &self.name], "buildah inspect")
+            .unwrap_or_else(|error| panic!("{error}"));
+        let inspected: serde_json::Value = serde_json::from_str(&inspected).expect("buildah inspect prints JSON");
+        inspected["OCIv1"]["config"].clone()
     }
 
     /// Calls `inspect` with the root directory of a new container of the image (removed
@@ -258,7 +258,8 @@ impl Image {
     fn inspect_root<T>(&self, inspect: impl FnOnce(&Path) -> T) -> T {
         let container = self.container();
         let _remove = RemoveContainer { buildah: &self.buildah, container: container.clone() };
-        let root = self.buildah.checked(&["mount", &container], "buildah mount").unwrap_or_else(|error| panic!("{error}"));
+        let root =
+            self.buildah.checked(&["mount", &container], "buildah mount").unwrap_or_else(|error| panic!("{error}"));
         let inspected = inspect(Path::new(root.trim()));
         let _ = self.buildah.command().args(["umount", &container]).output();
         inspected
@@ -344,6 +345,12 @@ impl Buildah {
         // Kept past the TempDir (statics are never dropped) and removed when the process exits.
         let dir = common::test_dir().keep();
         common::control_plane::kill_at_exit(Vec::new(), Some(dir.clone()));
+        let storage = format!(
+            "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
+            dir.join("storage").display(),
+            dir.join("run").display()
+        );
+        fs::write(dir.join("storage.conf"), storage).map_err(failed)?;
         Ok(Buildah { program, dir })
     }
 
@@ -355,9 +362,9 @@ impl Buildah {
             .arg("--runroot")
             .arg(self.dir.join("run"))
             .args(["--storage-driver", "vfs"])
-            // No registry, signature policy or storage configuration of the machine is read.
+            // Neither the machine's registries nor its storage configuration is read.
             .env("CONTAINERS_REGISTRIES_CONF", "/dev/null")
-            .env("CONTAINERS_STORAGE_CONF", "/dev/null")
+            .env("CONTAINERS_STORAGE_CONF", self.dir.join("storage.conf"))
             .stdin(Stdio::null());
         command
     }
@@ -378,7 +385,8 @@ impl Buildah {
         args.extend([image, destination.as_str()]);
         self.checked(&args, "buildah push")?;
         let index: serde_json::Value = read_json(&layout.join("index.json"))?;
-        let manifest_digest = index["manifests"][0]["digest"].as_str().ok_or_else(|| failed("no manifest in index.json"))?;
+        let manifest_digest =
+            index["manifests"][0]["digest"].as_str().ok_or_else(|| failed("no manifest in index.json"))?;
         let manifest: serde_json::Value = read_json(&blob(&layout, manifest_digest))?;
         let layers = manifest["layers"].as_array().ok_or_else(|| failed("no layers in the manifest"))?;
         Ok(layers.iter().filter_map(|layer| layer["size"].as_u64()).sum())
@@ -505,7 +513,8 @@ fn assert_success(what: &str, output: &Output) {
 /// Where two outputs first differ, for a failure message that fits on a screen.
 fn first_difference(left: &[u8], right: &[u8]) -> String {
     let at = left.iter().zip(right).position(|(a, b)| a != b).unwrap_or(left.len().min(right.len()));
-    let context = |bytes: &[u8]| String::from_utf8_lossy(&bytes[at.saturating_sub(80)..(at + 80).min(bytes.len())]).into_owned();
+    let context =
+        |bytes: &[u8]| String::from_utf8_lossy(&bytes[at.saturating_sub(80)..(at + 80).min(bytes.len())]).into_owned();
     format!(
         "outputs differ at byte {at} (lengths {} and {}):\n--- image:\n{}\n--- host:\n{}",
         left.len(),
