@@ -374,20 +374,22 @@ impl Buildah {
         run_checked(self.command().args(args), what)
     }
 
-    /// The total size of the image's layers, pushed to an OCI layout uncompressed or gzipped.
+    /// The total size of the image's layers as pushed: to a `dir:` destination uncompressed, or
+    /// to an OCI layout gzip-compressed (what a registry stores).
     fn layer_bytes(&self, image: &str, uncompressed: bool) -> Result<u64, HarnessError> {
-        let layout = self.dir.join(if uncompressed { "oci-uncompressed" } else { "oci-gzip" });
-        let destination = format!("oci:{}", layout.display());
-        let mut args = vec!["push", "--quiet"];
-        if uncompressed {
-            args.push("--disable-compression");
-        }
-        args.extend([image, destination.as_str()]);
-        self.checked(&args, "buildah push")?;
-        let index: serde_json::Value = read_json(&layout.join("index.json"))?;
-        let manifest_digest =
-            index["manifests"][0]["digest"].as_str().ok_or_else(|| failed("no manifest in index.json"))?;
-        let manifest: serde_json::Value = read_json(&blob(&layout, manifest_digest))?;
+        let manifest = if uncompressed {
+            let dir = self.dir.join("pushed-uncompressed");
+            let destination = format!("dir:{}", dir.display());
+            self.checked(&["push", "--quiet", "--disable-compression", image, &destination], "buildah push")?;
+            read_json(&dir.join("manifest.json"))?
+        } else {
+            let layout = self.dir.join("pushed-oci");
+            let destination = format!("oci:{}", layout.display());
+            self.checked(&["push", "--quiet", image, &destination], "buildah push")?;
+            let index = read_json(&layout.join("index.json"))?;
+            let digest = index["manifests"][0]["digest"].as_str().ok_or_else(|| failed("no manifest in index.json"))?;
+            read_json(&blob(&layout, digest))?
+        };
         let layers = manifest["layers"].as_array().ok_or_else(|| failed("no layers in the manifest"))?;
         Ok(layers.iter().filter_map(|layer| layer["size"].as_u64()).sum())
     }
