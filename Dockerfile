@@ -38,8 +38,11 @@ RUN cargo install --locked --root /opt/sbom cargo-cyclonedx@0.5.9 \
 FROM scratch AS sbom
 COPY --from=sbom-build /src/cdtarget_bin.cdx.json /
 
-# Whichever of the two BINARY_FROM names (buildah and BuildKit skip the other one).
-FROM ${BINARY_FROM} AS binary
+# Whichever of the two BINARY_FROM names (buildah and BuildKit skip the other one). The `:-build`
+# repeats the default because buildah 1.28 (Debian 12) decides which stages to skip from the
+# --build-arg values alone: with a plain `${BINARY_FROM}` it skips the build stage, then looks
+# for an image named `build`.
+FROM ${BINARY_FROM:-build} AS binary
 
 FROM scratch
 ARG VERSION=0.1.0
