@@ -1,5 +1,5 @@
 //! The container image: the Dockerfile's runtime stage built with buildah around the static
-//! release binary of this checkout, then run here.
+//! binary of this checkout (the `dist` profile), then run here.
 //!
 //! Nothing is pulled: the binary is built on the host with `hack/static-binary.sh` (the same
 //! script the Dockerfile's build stage runs), laid out with `hack/image-rootfs.sh`, and the
@@ -8,8 +8,8 @@
 //! root), its storage in a temporary directory removed at exit; containers share the host's
 //! network, so they reach the harness's Git servers on 127.0.0.1.
 //!
-//! The first run builds the release binary cold (minutes, printed); the image is built once per
-//! process. Without buildah or root every test prints SKIP (and fails under `CI`).
+//! The first run builds that binary cold (minutes, with progress lines); the image is built once
+//! per process. Without buildah or root every test prints SKIP (and fails under `CI`).
 
 mod common;
 
@@ -115,9 +115,10 @@ fn the_image_holds_a_static_binary_a_ca_bundle_and_tmp_only() {
         "the Dockerfile's VERSION default is the crate's version"
     );
     eprintln!(
-        "[image] binary {:.1} MB; image {:.1} MB uncompressed, {:.1} MB gzip-compressed",
+        "[image] binary {:.1} MB; image {:.1} MB uncompressed ({} bytes), {:.1} MB gzip-compressed",
         binary.len() as f64 / 1e6,
         image.uncompressed_bytes as f64 / 1e6,
+        image.uncompressed_bytes,
         image.compressed_bytes as f64 / 1e6
     );
     assert!(
@@ -407,13 +408,13 @@ fn read_json(path: &Path) -> Result<serde_json::Value, HarnessError> {
 
 // === the static binary ===
 
-/// Builds the image's binary with `hack/static-binary.sh` into this test's target directory (a
-/// cold release build: minutes), reporting progress every 30 s; returns its path.
+/// Builds the image's binary with `hack/static-binary.sh` into this test's target directory (cold:
+/// minutes), reporting progress every 30 s; returns its path.
 fn static_binary() -> Result<PathBuf, HarnessError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target_dir = target_dir();
     report(&format!(
-        "building the static release binary with hack/static-binary.sh into {}; cold, this takes 10 minutes or more on 2 cores (later runs reuse it)",
+        "building the image's static binary with hack/static-binary.sh into {}; cold, this takes 8 to 20 minutes on 2 cores (later runs reuse it)",
         target_dir.display()
     ));
     let started = Instant::now();
