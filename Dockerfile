@@ -9,16 +9,21 @@
 #                of the build context instead (a binary built with hack/static-binary.sh). The
 #                test suite builds the image this way, with no image pulled (tests/image.rs).
 #   RUST_IMAGE   the build stage's base; pinned by digest (docs/install.md says what is verified).
-#   VERSION, REVISION   the OCI labels `version` (keep it the crate's version) and `revision`.
+#   VERSION, REVISION   the OCI labels `version` (keep it the crate's version) and `revision`
+#                (`--build-arg REVISION=$(git rev-parse HEAD)`, also what `cdtarget version` says).
 ARG BINARY_FROM=build
 ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1
 
 # The binary built from source. The Rust image (Debian 12) brings what the vendored C libraries
 # need: a C compiler, perl and make for OpenSSL, the static glibc, and the CA bundle.
 FROM ${RUST_IMAGE} AS build
+ARG REVISION=
 WORKDIR /src
 COPY . .
-RUN binary="$(hack/static-binary.sh)" && hack/image-rootfs.sh "$binary" /etc/ssl/certs/ca-certificates.crt /rootfs
+# The context has no .git: `cdtarget version` learns the commit from REVISION (build.rs reads
+# CDTARGET_GIT_COMMIT and ignores it when empty).
+RUN binary="$(CDTARGET_GIT_COMMIT="$REVISION" hack/static-binary.sh)" \
+ && hack/image-rootfs.sh "$binary" /etc/ssl/certs/ca-certificates.crt /rootfs
 
 # A binary built elsewhere, already laid out by hack/image-rootfs.sh in `rootfs/` of the context.
 FROM scratch AS prebuilt
@@ -46,7 +51,7 @@ FROM ${BINARY_FROM:-build} AS binary
 
 FROM scratch
 ARG VERSION=0.1.0
-ARG REVISION=unknown
+ARG REVISION=
 COPY --from=binary /rootfs/ /
 # Where the vendored OpenSSL (libgit2's HTTPS) and rustls-native-certs (the GitLab client) find
 # the CA bundle. Both are set so that git2 finds them valid and never calls setenv(3) itself.
