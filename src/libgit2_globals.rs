@@ -47,6 +47,14 @@ pub(crate) fn init() {
     });
 }
 
+/// Loads libgit2 while the process has one thread. git2's own first-use set-up sets
+/// `SSL_CERT_FILE`/`SSL_CERT_DIR` with `setenv` when they are unset (openssl-probe), which races
+/// with any other thread reading the environment; done first thing in `main`, nothing else runs.
+pub fn load_before_threads() {
+    // An empty in-memory configuration: git2 runs its one-time set-up first; nothing is read.
+    let _ = git2::Config::new();
+}
+
 /// Whether [`init`] cut libgit2 off from the machine's and the user's git configuration.
 pub(crate) fn isolated() -> bool {
     ISOLATED.load(Ordering::SeqCst)

@@ -147,6 +147,7 @@ pub enum Output {
 /// Runs the command line and maps the outcome to an exit code: 0 success, 1 problems found,
 /// 2 usage errors.
 pub fn main() -> ExitCode {
+    crate::libgit2_globals::load_before_threads();
     let cli = Cli::parse();
     let cli = match cli.command {
         Command::Controller(args) => return crate::controller::process::main(args),

@@ -16,7 +16,7 @@ mod external;
 mod install;
 mod kit;
 mod policy;
-mod reconcile;
 mod readiness;
+mod reconcile;
 mod resync;
 mod tenancy;
