@@ -41,14 +41,7 @@ fn the_image_renders_the_example_byte_for_byte_like_the_host_binary() {
         &[Mount::read_only(&examples, "/examples")],
         &["render", "/examples/tenant-repo", "--policy", "/examples/platform/policy.yaml", "--namespace", NAMESPACE],
     );
-    let on_host = host_cdtarget(&[
-        "render",
-        "examples/tenant-repo",
-        "--policy",
-        "examples/platform/policy.yaml",
-        "--namespace",
-        NAMESPACE,
-    ]);
+    let on_host = host_render_of_the_example();
     assert_success("render in the image", &inside);
     assert_success("render on the host", &on_host);
     assert!(!on_host.stdout.is_empty(), "the example renders to something");
@@ -157,14 +150,7 @@ fn https_fetches_in_the_image_trust_the_bundle_at_ssl_cert_file_and_nothing_else
     fs::write(&bundle_file, https.ca_pem().expect("the test CA")).expect("write the bundle");
     let trusted =
         image.run(&[Mount::read_only(&examples, "/examples"), Mount::read_only(&bundle_file, CA_BUNDLE)], &render);
-    let on_host = host_cdtarget(&[
-        "render",
-        "examples/tenant-repo",
-        "--policy",
-        "examples/platform/policy.yaml",
-        "--namespace",
-        NAMESPACE,
-    ]);
+    let on_host = host_render_of_the_example();
     assert_success("render of the https URL in the image", &trusted);
     assert_success("render of the directory on the host", &on_host);
     assert!(trusted.stdout == on_host.stdout, "{}", first_difference(&trusted.stdout, &on_host.stdout));
@@ -553,4 +539,16 @@ fn failed(why: impl std::fmt::Display) -> HarnessError {
 fn report(line: &str) {
     let mut stderr = std::io::stderr().lock();
     let _ = writeln!(stderr, "[image] {line}");
+}
+
+/// README's first command, run by the host's (debug) binary from the repository root.
+fn host_render_of_the_example() -> Output {
+    host_cdtarget(&[
+        "render",
+        "examples/tenant-repo",
+        "--policy",
+        "examples/platform/policy.yaml",
+        "--namespace",
+        NAMESPACE,
+    ])
 }

@@ -20,7 +20,8 @@ use kube::runtime::wait::await_condition;
 use serde_json::Value;
 
 use crate::common::cluster::{
-    CDTARGET, CONFIG_MAP, CONVERGE, Controller, PLATFORM_NAMESPACE, Tenant, exists, gone, path_str, ready,
+    CDTARGET, CONFIG_MAP, CONVERGE, Controller, PLATFORM_NAMESPACE, Tenant, await_established, exists, gone, path_str,
+    ready,
 };
 use crate::common::control_plane::EXTERNAL_KUBECONFIG;
 use crate::common::fake_gitlab::{BOT_TOKEN, FakeGitLab, synthetic_key};
@@ -368,15 +369,7 @@ async fn the_chart_installed_with_helm_runs_the_controller_upgrades_and_uninstal
     for (kind, name) in INSTALLED {
         cluster.kubectl(&["get", kind, name, "-n", NAMESPACE]).success();
     }
-    cluster
-        .kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/cdtargets.cdtarget.io",
-            "crd/tenantrepositories.cdtarget.io",
-        ])
-        .success();
+    await_established(cluster, &["crd/cdtargets.cdtarget.io", "crd/tenantrepositories.cdtarget.io"]);
 
     // The controller, run as the installed Deployment says: its ServiceAccount, its arguments,
     // its environment, its volumes (no kubelet runs here: the pods stay Pending).

@@ -10,18 +10,8 @@ use cdtarget::api::{CDTarget, TenantRepository};
 
 use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, PLATFORM_NAMESPACE, Tenant, gone, installed_cluster, logged_metrics_address, ready,
-    shared_controller,
+    scrape_metrics, shared_controller,
 };
-
-async fn scrape(address: SocketAddr) -> String {
-    reqwest::get(format!("http://{address}/metrics"))
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the /metrics body")
-}
 
 /// The value of the series `series` (name and labels as `/metrics` writes them), if present.
 fn sample(page: &str, series: &str) -> Option<f64> {
@@ -33,7 +23,7 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 async fn series_until(address: SocketAddr, series: &str, value: Option<f64>) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let page = scrape(address).await;
+        let page = scrape_metrics(address).await;
         let now = sample(&page, series);
         if now == value {
             return;

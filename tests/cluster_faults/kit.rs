@@ -356,15 +356,7 @@ pub fn failed_reconciles(metrics: &str, kind: &str) -> f64 {
 }
 
 /// `/metrics` of a controller at `address`.
-pub async fn metrics(address: std::net::SocketAddr) -> String {
-    reqwest::get(format!("http://{address}/metrics"))
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics text")
-}
+pub use crate::common::cluster::scrape_metrics as metrics;
 
 /// A line on stderr, past the test harness's capture (figures are printed, never asserted).
 pub fn figure(line: &str) {

@@ -6,14 +6,13 @@
 //! there once something was counted in it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cdtarget::api::CDTarget;
 use serde_json::Value;
 
-use crate::common::cluster::{CDTARGET, CONFIG_MAP, logged_metrics_address, ready};
+use crate::common::cluster::{CDTARGET, CONFIG_MAP, logged_metrics_address, ready, scrape_metrics};
 use crate::common::go_build::GoBuild;
 use crate::common::skip_or_fail;
 use crate::promql;
@@ -188,16 +187,6 @@ fn queries() -> Vec<(String, String)> {
     queries
 }
 
-async fn scrape(address: SocketAddr) -> String {
-    reqwest::get(format!("http://{address}/metrics"))
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the /metrics body")
-}
-
 #[tokio::test]
 async fn every_metric_in_the_dashboard_and_the_alerts_is_on_a_running_controllers_metrics() {
     let test = "every_metric_in_the_dashboard_and_the_alerts_is_on_a_running_controllers_metrics";
@@ -217,7 +206,7 @@ async fn every_metric_in_the_dashboard_and_the_alerts_is_on_a_running_controller
     let answer = reqwest::Client::new().post(&hook).body("{}").send().await.expect("POST to the receiver");
     assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
 
-    let page = scrape(logged_metrics_address(&controller.log)).await;
+    let page = scrape_metrics(logged_metrics_address(&controller.log)).await;
     let exposed = promql::exposed_names(&page);
     let queries = queries();
     let mut used = BTreeSet::new();

@@ -101,22 +101,38 @@ pub fn own_installed_cluster(test: &str) -> Option<OwnControlPlane> {
     Some(cluster)
 }
 
+/// `/metrics` of a controller at `address`.
+pub async fn scrape_metrics(address: std::net::SocketAddr) -> String {
+    reqwest::get(format!("http://{address}/metrics"))
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the /metrics body")
+}
+
+/// Waits until the CRDs named (`crd/<plural>.<group>`) are Established.
+pub fn await_established(cluster: &ControlPlane, crds: &[&str]) {
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend_from_slice(crds);
+    cluster.kubectl(&args).success();
+}
+
 /// `deploy/` and KEDA's CRDs applied exactly as README and docs/operations.md say, from the
 /// repository root, and the CRDs established.
 pub fn install(cluster: &ControlPlane, keda: &Path) -> Installed {
     let deploy = cluster.kubectl(&["apply", "-k", "deploy/"]).success();
     let keda = cluster.kubectl(&["apply", "-f", path_str(keda)]).success();
-    cluster
-        .kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
+    await_established(
+        cluster,
+        &[
             "crd/cdtargets.cdtarget.io",
             "crd/tenantrepositories.cdtarget.io",
             "crd/scaledobjects.keda.sh",
             "crd/triggerauthentications.keda.sh",
-        ])
-        .success();
+        ],
+    );
     Installed { deploy, keda }
 }
 
