@@ -7,10 +7,12 @@ pub mod labels;
 pub mod names;
 pub mod policy;
 pub mod reconcile_request;
+pub mod sync_status;
 pub mod tenant_repository;
 
 pub use cdtarget::{AgentConfig, CDTarget, CDTargetSpec, CDTargetStatus, RenderedSummary};
 pub use policy::PolicyDocument;
+pub use sync_status::{SyncStatus, SyncStatusSpec, SyncStatusStatus};
 pub use tenant_repository::{TenantRepository, TenantRepositorySpec, TenantRepositoryStatus};
 
 /// The API group of cdtarget's own kinds.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::CustomResourceExt;
 
-use crate::api::{CDTarget, TenantRepository};
+use crate::api::{CDTarget, SyncStatus, TenantRepository};
 use crate::manifests::{self, ApplySet, Content, Limits};
 use crate::policy::{self, Policy};
 use crate::problem::Problem;
@@ -303,6 +303,7 @@ pub fn crd_documents() -> Vec<(&'static str, String)> {
     vec![
         ("cdtarget.io_cdtargets.yaml", to_yaml(&CDTarget::crd())),
         ("cdtarget.io_tenantrepositories.yaml", to_yaml(&TenantRepository::crd())),
+        ("cdtarget.io_syncstatuses.yaml", to_yaml(&SyncStatus::crd())),
     ]
 }
 

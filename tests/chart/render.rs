@@ -92,6 +92,7 @@ fn the_packaged_chart_holds_the_linked_files_themselves() {
     for (packaged, source) in [
         ("crds/cdtarget.io_cdtargets.yaml", "deploy/crds/cdtarget.io_cdtargets.yaml"),
         ("crds/cdtarget.io_tenantrepositories.yaml", "deploy/crds/cdtarget.io_tenantrepositories.yaml"),
+        ("crds/cdtarget.io_syncstatuses.yaml", "deploy/crds/cdtarget.io_syncstatuses.yaml"),
         ("files/rbac.yaml", "deploy/rbac.yaml"),
         ("files/prometheusrule.yaml", "deploy/monitoring/prometheusrule.yaml"),
         ("files/grafana-dashboard.json", "deploy/monitoring/grafana-dashboard.json"),

@@ -117,7 +117,7 @@ fn crds_command_prints_the_committed_crds() {
     let out = cdtarget(&["crds"]);
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
-    for file in ["cdtarget.io_cdtargets.yaml", "cdtarget.io_tenantrepositories.yaml"] {
+    for file in ["cdtarget.io_cdtargets.yaml", "cdtarget.io_tenantrepositories.yaml", "cdtarget.io_syncstatuses.yaml"] {
         let committed = std::fs::read_to_string(project_dir().join("deploy/crds").join(file)).unwrap();
         assert!(stdout.contains(&committed), "{file} is not part of `cdtarget crds`");
     }

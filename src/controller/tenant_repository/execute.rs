@@ -5,9 +5,9 @@
 //! later reconcile needs.
 
 use super::plan::Plan;
-use crate::api::tenant_repository::TenantRepository;
+use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
 use crate::apply::server_side::service_account_user;
-use crate::apply::{Done, Write, WriteError, Writer};
+use crate::apply::{Done, Write, WriteError, Writer, entry_of};
 use crate::error::Classify;
 
 /// What [`apply_and_prune`] did.
@@ -17,6 +17,12 @@ pub struct Executed {
     pub applied: usize,
     /// Objects deleted because they left Git.
     pub pruned: usize,
+    /// The objects sent (the whole set after a new revision, else only what drifted).
+    pub applied_objects: Vec<InventoryEntry>,
+    /// The objects sent because their live copy no longer held what Git says (drift repairs).
+    pub repaired: Vec<InventoryEntry>,
+    /// The objects deleted because they left Git.
+    pub pruned_objects: Vec<InventoryEntry>,
     /// The refusal that stopped it, if one did.
     pub failure: Option<WriteError>,
 }
@@ -34,7 +40,10 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, mut plan:
         && let Some(objects) = plan.apply.take()
     {
         match writer.drifted(&user, objects).await {
-            Ok(drifted) => plan.apply = (!drifted.is_empty()).then_some(drifted),
+            Ok(drifted) => {
+                executed.repaired = drifted.iter().filter_map(entry_of).collect();
+                plan.apply = (!drifted.is_empty()).then_some(drifted);
+            }
             Err(e) => {
                 executed.failure = Some(e);
                 return (plan, executed);
@@ -43,7 +52,10 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, mut plan:
     }
     if let Some(objects) = plan.apply.clone() {
         match writer.execute(Write::TenantApply { user: user.clone(), objects }).await {
-            Ok(Done::Objects(applied)) => executed.applied = applied,
+            Ok(Done::Objects(applied)) => {
+                executed.applied = applied;
+                executed.applied_objects = plan.apply.iter().flatten().filter_map(entry_of).collect();
+            }
             Ok(_) => {}
             Err(e) => {
                 let class = e.class();
@@ -55,7 +67,10 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, mut plan:
     }
     if !plan.prune.is_empty() {
         match writer.execute(Write::TenantPrune { user: user.clone(), entries: plan.prune.clone() }).await {
-            Ok(_) => executed.pruned = plan.prune.len(),
+            Ok(_) => {
+                executed.pruned = plan.prune.len();
+                executed.pruned_objects = plan.prune.clone();
+            }
             Err(e) => {
                 let class = e.class();
                 plan = plan.prune_failed(format!("{e} (as {user})"), class);
