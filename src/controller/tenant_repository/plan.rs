@@ -67,6 +67,9 @@ pub struct Plan {
     /// The GitLab step's report (`GitLabSynced`, `status.gitlab`); `None` for a registration
     /// without `spec.gitlab`. Set by [`Plan::with_gitlab`] after the apply.
     pub gitlab: Option<GitLabStep>,
+    /// Every located problem of the evaluated revision (validation, or objects the API server
+    /// refused), as data for the tenant's feedback; empty when there is none.
+    pub problems: Vec<Problem>,
 }
 
 /// What status records of an applied set.
@@ -97,6 +100,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         record: None,
         requeue: Some(requeue),
         gitlab: None,
+        problems: Vec::new(),
     };
 
     match observed {
@@ -112,6 +116,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             record: None,
             requeue: None,
             gitlab: None,
+            problems: Vec::new(),
         },
         Observed::InvalidSpec(message) => {
             let verdict = Verdict::new(false, REASON_INVALID_SPEC, &message);
@@ -145,6 +150,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             // A tenant fixes this with a push, which the next poll (or the webhook) picks up.
             let mut plan = nothing(stalled(REASON_VALIDATION_FAILED, message), Some(source), Some(applied), interval);
             plan.fetched_revision = Some(revision);
+            plan.problems = problems;
             plan
         }
         Observed::Fetched { revision, load: Ok(set) } => {
@@ -179,6 +185,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 record: Some(Record { revision, digest, inventory }),
                 requeue: Some(interval),
                 gitlab: None,
+                problems: Vec::new(),
             }
         }
     }
