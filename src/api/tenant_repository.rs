@@ -233,6 +233,32 @@ pub struct GitLabStatus {
     /// Id of the project hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_id: Option<i64>,
+    /// The last commit status posted on GitLab for this registration: a revision evaluated
+    /// again posts nothing new (`docs/gitlab.md`, "Commit statuses and comments").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_status: Option<PostedCommitStatus>,
+    /// The revision whose refusal was last commented on GitLab (one comment per revision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commented_sha: Option<String>,
+}
+
+/// A commit status as cdtarget last posted it, keyed by `sha`, `ref` and `name` (GitLab's own
+/// key, with the bot user).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostedCommitStatus {
+    /// The full commit SHA.
+    pub sha: String,
+    /// The branch or tag the status was posted for; absent for a registration pinned to a commit.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
+    /// The status name (`--gitlab-status-name`).
+    pub name: String,
+    /// `pending`, `running`, `success`, `failed`, `canceled` or `skipped`.
+    pub state: String,
+    /// The GitLab pipeline the status lives in: later posts for the same commit name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_id: Option<i64>,
 }
 
 #[cfg(test)]

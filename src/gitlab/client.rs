@@ -326,6 +326,220 @@ impl HookParams {
     }
 }
 
+// === commit statuses and comments ===
+
+/// GitLab's longest commit status `description` and `target_url`, in characters.
+pub const MAX_STATUS_FIELD_CHARS: usize = 255;
+/// GitLab's longest note, in characters.
+pub const MAX_NOTE_CHARS: usize = 1_000_000;
+/// How long a note POST answered with the application rate limit (JSON 429, no `Retry-After`)
+/// waits at least before it is tried again (`notes_create` counts per minute).
+pub const NOTE_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// The state of a commit status (`POST /projects/:id/statuses/:sha`, `state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CommitState {
+    /// Waiting: cdtarget fetched the revision and is applying it.
+    Pending,
+    /// Running.
+    Running,
+    /// The revision is applied.
+    Success,
+    /// The revision was refused, or its apply failed.
+    Failed,
+    /// Canceled.
+    Canceled,
+    /// Skipped.
+    Skipped,
+}
+
+impl CommitState {
+    /// GitLab's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommitState::Pending => "pending",
+            CommitState::Running => "running",
+            CommitState::Success => "success",
+            CommitState::Failed => "failed",
+            CommitState::Canceled => "canceled",
+            CommitState::Skipped => "skipped",
+        }
+    }
+
+    /// The state named `word` (GitLab's words only: `error` or `failure` are GitHub's).
+    pub fn parse(word: &str) -> Option<CommitState> {
+        Some(match word {
+            "pending" => CommitState::Pending,
+            "running" => CommitState::Running,
+            "success" => CommitState::Success,
+            "failed" => CommitState::Failed,
+            "canceled" => CommitState::Canceled,
+            "skipped" => CommitState::Skipped,
+            _ => return None,
+        })
+    }
+
+    /// Whether GitLab never updates a record in this state again (a later POST makes a new one).
+    pub fn is_final(self) -> bool {
+        !matches!(self, CommitState::Pending | CommitState::Running)
+    }
+}
+
+/// What one `POST /projects/:id/statuses/:sha` sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusParams {
+    /// The full commit SHA (40 or 64 hex digits).
+    pub sha: String,
+    /// The branch or tag; `None` lets GitLab choose (only for a registration pinned to a commit).
+    pub git_ref: Option<String>,
+    /// The status name, never blank.
+    pub name: String,
+    /// The state.
+    pub state: CommitState,
+    /// Cut to [`MAX_STATUS_FIELD_CHARS`] characters before it is sent.
+    pub description: String,
+    /// Sent only when it is an http(s) URL of at most [`MAX_STATUS_FIELD_CHARS`] characters.
+    pub target_url: Option<String>,
+    /// The pipeline of the first answer for this SHA, so that later posts land in it.
+    pub pipeline_id: Option<i64>,
+}
+
+impl StatusParams {
+    /// The JSON body: `description` cut, `target_url` only when GitLab would take it, blank
+    /// values left out (GitLab drops them anyway).
+    pub fn body(&self) -> Value {
+        let mut body = Map::new();
+        body.insert("state".into(), json!(self.state.as_str()));
+        body.insert("name".into(), json!(self.name));
+        if let Some(git_ref) = self.git_ref.as_deref().filter(|r| !r.is_empty()) {
+            body.insert("ref".into(), json!(git_ref));
+        }
+        let description = cut_chars(&single_line(&self.description), MAX_STATUS_FIELD_CHARS);
+        if !description.trim().is_empty() {
+            body.insert("description".into(), json!(description));
+        }
+        if let Some(url) = self.target_url.as_deref().and_then(acceptable_target_url) {
+            body.insert("target_url".into(), json!(url));
+        }
+        if let Some(pipeline_id) = self.pipeline_id {
+            body.insert("pipeline_id".into(), json!(pipeline_id));
+        }
+        Value::Object(body)
+    }
+}
+
+/// `text` cut to at most `max` characters (code points, as GitLab counts), on a character
+/// boundary.
+pub fn cut_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// `text` on one line: line breaks and other control characters become spaces.
+pub fn single_line(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// `url` trimmed when GitLab accepts it as a `target_url`: `http`/`https` with a host, no
+/// userinfo, no line break, at most [`MAX_STATUS_FIELD_CHARS`] characters.
+pub fn acceptable_target_url(url: &str) -> Option<String> {
+    let url = url.trim();
+    if url.is_empty() || url.chars().count() > MAX_STATUS_FIELD_CHARS || url.chars().any(char::is_control) {
+        return None;
+    }
+    let parsed = Url::parse(url).ok()?;
+    let ok = matches!(parsed.scheme(), "http" | "https")
+        && parsed.host_str().is_some_and(|h| !h.is_empty())
+        && parsed.username().is_empty()
+        && parsed.password().is_none();
+    ok.then(|| url.to_owned())
+}
+
+/// Whether `sha` is a full commit id (40 hex digits, or 64 for SHA-256 repositories).
+pub fn is_full_sha(sha: &str) -> bool {
+    matches!(sha.len(), 40 | 64) && sha.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The user of a status or a comment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Author {
+    /// User id.
+    #[serde(default)]
+    pub id: i64,
+    /// User name.
+    #[serde(default)]
+    pub username: String,
+}
+
+/// A commit status as GitLab returns it (`Entities::CommitStatus`), the fields used.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct CommitStatus {
+    /// Record id.
+    pub id: i64,
+    /// The full SHA.
+    #[serde(default)]
+    pub sha: String,
+    /// The ref it was posted for.
+    #[serde(default, rename = "ref")]
+    pub git_ref: Option<String>,
+    /// `created`, `pending`, `running`, `success`, `failed`, `canceled`, `skipped`.
+    #[serde(default)]
+    pub status: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Target URL.
+    #[serde(default)]
+    pub target_url: Option<String>,
+    /// The pipeline the record lives in.
+    #[serde(default)]
+    pub pipeline_id: Option<i64>,
+    /// Who posted it.
+    #[serde(default)]
+    pub author: Option<Author>,
+}
+
+/// What a status POST did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusPosted {
+    /// 201: the record as stored.
+    Stored(CommitStatus),
+    /// 400 `Cannot transition status via :enqueue from :pending` (or `:run from :running`, or
+    /// `:enqueue from :running`): the open record is already in that state or beyond it.
+    AlreadyThere,
+}
+
+/// A commit comment as GitLab returns it (`CommitNote`: no id).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct CommitComment {
+    /// The text.
+    #[serde(default)]
+    pub note: String,
+    /// The file, when the comment sits on a line of the commit's diff.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The line.
+    #[serde(default)]
+    pub line: Option<i64>,
+    /// Who wrote it.
+    #[serde(default)]
+    pub author: Option<Author>,
+}
+
+/// What a comment POST did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommentPosted {
+    /// 201: the comment as stored.
+    Stored(CommitComment),
+    /// 202: GitLab read the note as quick actions only and stored no comment.
+    CommandsOnly,
+}
+
 // === the client ===
 
 /// Requests sent so far, by method (retries included), and the 429s received.
@@ -440,8 +654,19 @@ impl Drop for InFlight<'_> {
 
 /// One answer, body read (bounded).
 struct Answer {
+    status: StatusCode,
     headers: HeaderMap,
     body: Vec<u8>,
+}
+
+/// How one request treats answers beyond the retry policy.
+#[derive(Clone, Copy, Debug, Default)]
+struct Options {
+    /// 409 (commit status lock held by another update) is retried with backoff.
+    retry_conflict: bool,
+    /// An application rate limit (429 without `Retry-After` or `RateLimit-*`) is not waited out:
+    /// it fails at once asking for at least this wait.
+    app_limit_wait: Option<Duration>,
 }
 
 impl GitLabClient {
@@ -592,6 +817,100 @@ impl GitLabClient {
         self.send(Method::POST, url, None, &what).await.map(drop)
     }
 
+    /// `POST /projects/:id/statuses/:sha`: sets a commit status (see [`StatusParams::body`] for
+    /// what is sent). A refused transition to where the record already is comes back as
+    /// [`StatusPosted::AlreadyThere`]; a 409 (another update holds the lock) is retried with
+    /// backoff; a 403 says which role and rights the bot needs.
+    pub async fn set_commit_status(&self, project_id: i64, params: &StatusParams) -> Result<StatusPosted, GitLabError> {
+        let what = format!(
+            "posting commit status `{}` for {} on project {project_id}",
+            params.state.as_str(),
+            short_sha(&params.sha)
+        );
+        if !is_full_sha(&params.sha) {
+            return Err(GitLabError::new(ErrorKind::InvalidConfig, format!("{what}: not a full commit SHA")));
+        }
+        if params.name.trim().is_empty() {
+            return Err(GitLabError::new(ErrorKind::InvalidConfig, format!("{what}: the status name is blank")));
+        }
+        let url = self.endpoint(&["projects", &project_id.to_string(), "statuses", &params.sha]);
+        let options = Options { retry_conflict: true, ..Options::default() };
+        match self.send_with(Method::POST, url, Some(&params.body()), &what, options).await {
+            Ok(answer) => parse(&answer.body, "the commit status").map(StatusPosted::Stored),
+            Err(e) if e.status == Some(400) && already_there(&e.message) => Ok(StatusPosted::AlreadyThere),
+            Err(e) if e.status == Some(403) && e.kind == ErrorKind::NotMaintainer => {
+                Err(status_forbidden(e, params.git_ref.as_deref(), "post commit statuses"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET /projects/:id/repository/commits/:sha/statuses?name=&ref=`, every page, retried
+    /// records included (`all=true`). `sha` must be the full SHA: GitLab matches the raw string.
+    pub async fn commit_statuses(
+        &self,
+        project_id: i64,
+        sha: &str,
+        name: &str,
+        git_ref: Option<&str>,
+    ) -> Result<Vec<CommitStatus>, GitLabError> {
+        if !is_full_sha(sha) {
+            return Err(GitLabError::new(
+                ErrorKind::InvalidConfig,
+                format!("listing commit statuses of `{}`: not a full commit SHA", short_sha(sha)),
+            ));
+        }
+        let mut filters = vec![("name", name.to_owned()), ("all", "true".to_owned())];
+        if let Some(git_ref) = git_ref.filter(|r| !r.is_empty()) {
+            filters.push(("ref", git_ref.to_owned()));
+        }
+        let segments = ["projects", &project_id.to_string(), "repository", "commits", sha, "statuses"];
+        let what = format!("listing commit statuses of {} on project {project_id}", short_sha(sha));
+        let values = self.list_filtered(&segments, &filters, &what).await?;
+        values.into_iter().map(|v| serde_json::from_value(v).map_err(|e| invalid_json("a commit status", &e))).collect()
+    }
+
+    /// `GET /projects/:id/repository/commits/:sha/comments`, every page (oldest first).
+    pub async fn commit_comments(&self, project_id: i64, sha: &str) -> Result<Vec<CommitComment>, GitLabError> {
+        let segments = ["projects", &project_id.to_string(), "repository", "commits", sha, "comments"];
+        let what = format!("listing the comments of {} on project {project_id}", short_sha(sha));
+        let values = self.list_filtered(&segments, &[], &what).await?;
+        values
+            .into_iter()
+            .map(|v| serde_json::from_value(v).map_err(|e| invalid_json("a commit comment", &e)))
+            .collect()
+    }
+
+    /// `POST /projects/:id/repository/commits/:sha/comments` with `note` (at most
+    /// [`MAX_NOTE_CHARS`] characters, else refused here). The caller neutralises quick actions
+    /// ([`super::feedback::neutralise_quick_actions`]); a 202 (commands only) is reported, not
+    /// an error. The application rate limit (JSON 429 without `Retry-After`) is not waited out
+    /// here: the error asks for [`NOTE_RATE_LIMIT_WAIT`].
+    pub async fn comment_on_commit(
+        &self,
+        project_id: i64,
+        sha: &str,
+        note: &str,
+    ) -> Result<CommentPosted, GitLabError> {
+        let what = format!("commenting on {} of project {project_id}", short_sha(sha));
+        if note.trim().is_empty() || note.chars().count() > MAX_NOTE_CHARS {
+            return Err(GitLabError::new(
+                ErrorKind::InvalidConfig,
+                format!("{what}: a note must hold 1 to {MAX_NOTE_CHARS} characters"),
+            ));
+        }
+        let url = self.endpoint(&["projects", &project_id.to_string(), "repository", "commits", sha, "comments"]);
+        let options = Options { app_limit_wait: Some(NOTE_RATE_LIMIT_WAIT), ..Options::default() };
+        match self.send_with(Method::POST, url, Some(&json!({ "note": note })), &what, options).await {
+            Ok(answer) if answer.status == StatusCode::ACCEPTED => Ok(CommentPosted::CommandsOnly),
+            Ok(answer) => parse(&answer.body, "the commit comment").map(CommentPosted::Stored),
+            Err(e) if e.status == Some(403) && e.kind == ErrorKind::NotMaintainer => {
+                Err(status_forbidden(e, None, "comment on commits"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     // === internals ===
 
     /// `<api>/<segments...>`, each segment percent-encoded on its own (`/` becomes `%2F`).
@@ -606,13 +925,32 @@ impl GitLabClient {
     /// Every page of a listing: `X-Next-Page` when GitLab sends it, else `Link: rel="next"`,
     /// else the next page while pages come back full.
     async fn list(&self, segments: &[&str], project_id: i64) -> Result<Vec<Value>, GitLabError> {
+        let what = format!("listing {} of project {project_id}", segments.last().unwrap_or(&"").replace('_', " "));
+        self.list_filtered(segments, &[], &what).await
+    }
+
+    /// [`Self::list`] with query `filters` sent on every page.
+    async fn list_filtered(
+        &self,
+        segments: &[&str],
+        filters: &[(&str, String)],
+        what: &str,
+    ) -> Result<Vec<Value>, GitLabError> {
         let base = self.endpoint(segments);
         let mut query = format!("per_page={PER_PAGE}&page=1");
         let mut items = Vec::new();
-        let what = format!("listing {} of project {project_id}", segments.last().unwrap_or(&"").replace('_', " "));
+        let what = what.to_owned();
         for _ in 0..MAX_PAGES {
             let mut url = base.clone();
             url.set_query(Some(&query));
+            if !filters.is_empty() {
+                let mut pairs = url.query_pairs_mut();
+                for (name, value) in filters {
+                    if !query.split('&').any(|pair| pair.split('=').next() == Some(name)) {
+                        pairs.append_pair(name, value);
+                    }
+                }
+            }
             let answer = self.send(Method::GET, url, None, &what).await?;
             let page: Vec<Value> = parse(&answer.body, "a page of the listing")?;
             let count = page.len();
@@ -630,7 +968,19 @@ impl GitLabClient {
 
     /// Sends one request with the retries of the policy; returns 2xx answers, maps the rest.
     async fn send(&self, method: Method, url: Url, body: Option<&Value>, what: &str) -> Result<Answer, GitLabError> {
-        let result = self.send_with_retries(method.clone(), url, body, what).await;
+        self.send_with(method, url, body, what, Options::default()).await
+    }
+
+    /// [`Self::send`] with `options`.
+    async fn send_with(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&Value>,
+        what: &str,
+        options: Options,
+    ) -> Result<Answer, GitLabError> {
+        let result = self.send_with_retries(method.clone(), url, body, what, options).await;
         if let Some(observer) = self.inner.observer.get() {
             observer(method.as_str(), result.as_ref().map(|_| ()).map_err(|e| e.kind));
         }
@@ -643,6 +993,7 @@ impl GitLabClient {
         url: Url,
         body: Option<&Value>,
         what: &str,
+        options: Options,
     ) -> Result<Answer, GitLabError> {
         let inner = &self.inner;
         let idempotent = method != Method::POST;
@@ -682,7 +1033,12 @@ impl GitLabClient {
                 attempt -= 1;
                 throttles += 1;
                 let (wait, announced) = self.rate_limit_wait(&headers, throttles);
-                if throttled_for + wait > inner.retry.max_rate_limit_wait {
+                let (wait, give_up) = match options.app_limit_wait {
+                    // notes_create counts per minute and names no time: come back later.
+                    Some(floor) if !announced => (floor.max(wait), true),
+                    _ => (wait, throttled_for + wait > inner.retry.max_rate_limit_wait),
+                };
+                if give_up {
                     let mut error = GitLabError::new(
                         ErrorKind::RateLimited,
                         format!(
@@ -705,7 +1061,8 @@ impl GitLabClient {
                 }
                 continue;
             }
-            if status.is_server_error() && !last {
+            let conflict = status == StatusCode::CONFLICT && options.retry_conflict;
+            if (status.is_server_error() || conflict) && !last {
                 drop(response);
                 inner.clock.sleep(self.backoff(attempt)).await;
                 continue;
@@ -722,7 +1079,7 @@ impl GitLabClient {
                 Err(BodyError::Transport(e)) => return Err(transport_error(what, &e)),
             };
             if status.is_success() {
-                return Ok(Answer { headers, body });
+                return Ok(Answer { status, headers, body });
             }
             return Err(classify(status, &headers, &body, what));
         }
@@ -829,6 +1186,29 @@ impl GitLabClient {
             stats.retries += 1;
         }
     }
+}
+
+/// The first 12 characters of a SHA, for messages.
+fn short_sha(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+/// Whether a 400 is GitLab refusing a transition to where the open record already is (or
+/// beyond): `:enqueue from :pending`, `:run from :running`, `:enqueue from :running`.
+fn already_there(message: &str) -> bool {
+    [":enqueue from :pending", ":run from :running", ":enqueue from :running"]
+        .iter()
+        .any(|transition| message.contains(&format!("Cannot transition status via {transition}")))
+}
+
+/// A 403 on a commit status or comment, explained: the role and rights GitLab wants.
+fn status_forbidden(error: GitLabError, git_ref: Option<&str>, doing: &str) -> GitLabError {
+    let on_ref = git_ref.map(|r| format!(" on `{r}`")).unwrap_or_default();
+    let message = format!(
+        "{}; to {doing}{on_ref} the bot user needs the Developer role or higher on the project and, when the branch is protected, the right to push or merge to it (a default-protected branch allows only Maintainers): make the bot Maintainer or allow it in the branch protection",
+        error.message.split("; the bot user must be").next().unwrap_or(&error.message)
+    );
+    GitLabError { kind: ErrorKind::StatusForbidden, message, ..error }
 }
 
 /// `<base>/api/v4/` from what an operator gives: with or without `/api/v4`, with a trailing `/`

@@ -15,6 +15,9 @@ pub enum ErrorKind {
     InsufficientScope,
     /// 403 Forbidden: the token's user is not Maintainer (or Owner) of the project.
     NotMaintainer,
+    /// 403 on a commit status or comment: the bot user is below Developer, or the branch is
+    /// protected and the bot may not push or merge to it.
+    StatusForbidden,
     /// 404 on the project: it does not exist or the token's user cannot see it.
     ProjectNotFound,
     /// 400 "fingerprint has already been taken": the public key is registered elsewhere (another
@@ -41,6 +44,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized => "GitLabUnauthorized",
             ErrorKind::InsufficientScope => "GitLabInsufficientScope",
             ErrorKind::NotMaintainer => "GitLabNotMaintainer",
+            ErrorKind::StatusForbidden => "GitLabStatusForbidden",
             ErrorKind::ProjectNotFound => "GitLabProjectNotFound",
             ErrorKind::KeyTakenElsewhere => "DeployKeyInUse",
             ErrorKind::NotFound => "GitLabObjectGone",
@@ -59,6 +63,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized
             | ErrorKind::InsufficientScope
             | ErrorKind::NotMaintainer
+            | ErrorKind::StatusForbidden
             | ErrorKind::ProjectNotFound
             | ErrorKind::KeyTakenElsewhere
             | ErrorKind::Rejected

@@ -4,7 +4,8 @@
 //! - [`client`]: the REST client (paging, 429s, retries, bounded bodies, typed errors);
 //! - [`plan`]: the pure decision, listings in, calls out;
 //! - [`executor`]: runs a plan;
-//! - [`keys`]: ed25519 key pairs and fingerprints.
+//! - [`keys`]: ed25519 key pairs and fingerprints;
+//! - [`feedback`]: commit statuses and the refusal comment on the revisions evaluated.
 //!
 //! The controller (and `cdtarget gitlab-sync`) builds a [`SyncInput`] with
 //! [`SyncInput::for_registration`], then calls [`sync`] (or [`remove`] under the finalizer),
@@ -14,6 +15,7 @@
 pub mod client;
 pub mod error;
 pub mod executor;
+pub mod feedback;
 pub mod keys;
 pub mod plan;
 pub mod settings;
@@ -22,6 +24,7 @@ use futures::StreamExt;
 
 pub use client::{ClientConfig, ClientStats, Clock, GitLabClient, RetryPolicy, Secret, SystemClock};
 pub use error::{ErrorKind, GitLabError, condition_reason};
+pub use feedback::StatusSettings;
 pub use plan::{Call, Desired, DesiredHook, DesiredKey, Ownership, Plan};
 pub use settings::Settings;
 
@@ -87,6 +90,7 @@ impl SyncOutcome {
             project_path: Some(self.project_path.clone()),
             deploy_key_id: self.deploy_key_id,
             hook_id: self.hook_id,
+            ..GitLabStatus::default()
         }
     }
 
@@ -135,23 +139,8 @@ impl SyncInput {
         if name.is_empty() {
             return Err(invalid("the registration has no metadata.name".into()));
         }
-        let path = match &gitlab.project {
-            Some(project) => project.trim_matches('/').to_owned(),
-            None => project_path_from_url(&spec.url).ok_or_else(|| {
-                invalid(format!(
-                    "cannot derive the GitLab project from `{}`; set spec.gitlab.project (`group/project`)",
-                    crate::source::error::redact_userinfo(&spec.url)
-                ))
-            })?,
-        };
-        if path.is_empty() || !path.contains('/') {
-            return Err(invalid(format!(
-                "spec.gitlab.project `{path}` is not a project path; expected `group/project`"
-            )));
-        }
+        let ProjectRef { path, id } = project_of(registration)?;
         let status = registration.status.as_ref().and_then(|status| status.gitlab.as_ref());
-        let id =
-            status.filter(|status| status.project_path.as_deref() == Some(path.as_str())).and_then(|s| s.project_id);
         let marker = marker(namespace, name);
         let ownership = Ownership {
             marker: marker.clone(),
@@ -206,6 +195,33 @@ impl SyncInput {
         self.desired.key = Some(DesiredKey { fingerprint, public_key: new_public_key.trim().to_owned(), ..current });
         Ok(self)
     }
+}
+
+/// The GitLab project of `registration`: `spec.gitlab.project`, else the path of its URL; the id
+/// from `status.gitlab` when it was resolved from the same path.
+pub fn project_of(registration: &TenantRepository) -> Result<ProjectRef, GitLabError> {
+    let invalid = |message: String| GitLabError::new(ErrorKind::InvalidConfig, message);
+    let spec = &registration.spec;
+    let gitlab = spec.gitlab.as_ref().ok_or_else(|| {
+        invalid(
+            "the registration has no `spec.gitlab`; add `gitlab: {}` to let cdtarget manage its GitLab project".into(),
+        )
+    })?;
+    let path = match &gitlab.project {
+        Some(project) => project.trim_matches('/').to_owned(),
+        None => project_path_from_url(&spec.url).ok_or_else(|| {
+            invalid(format!(
+                "cannot derive the GitLab project from `{}`; set spec.gitlab.project (`group/project`)",
+                crate::source::error::redact_userinfo(&spec.url)
+            ))
+        })?,
+    };
+    if path.is_empty() || !path.contains('/') {
+        return Err(invalid(format!("spec.gitlab.project `{path}` is not a project path; expected `group/project`")));
+    }
+    let status = registration.status.as_ref().and_then(|status| status.gitlab.as_ref());
+    let id = status.filter(|status| status.project_path.as_deref() == Some(path.as_str())).and_then(|s| s.project_id);
+    Ok(ProjectRef { path, id })
 }
 
 /// `cdtarget:<namespace>/<name>`: deploy key title and hook name of a registration.
@@ -407,6 +423,7 @@ mod tests {
                 project_path: Some("other/app".into()),
                 deploy_key_id: Some(1),
                 hook_id: Some(2),
+                ..GitLabStatus::default()
             });
         let input = SyncInput::for_registration(&repo, "ignored", &Secret::new("t"), "https://cd.example.com").unwrap();
         assert_eq!(input.project, ProjectRef { path: "other/app".into(), id: Some(42) });

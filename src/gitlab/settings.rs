@@ -12,6 +12,9 @@ pub struct Settings {
     /// The pinned host keys of the GitLab SSH server, written as `known_hosts` into generated
     /// Secrets (never learnt from the server).
     pub known_hosts: String,
+    /// Commit statuses and refusal comments on the revisions evaluated (`None`: off, with
+    /// `--gitlab-commit-status=false`).
+    pub commit_status: Option<super::StatusSettings>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -20,6 +23,7 @@ impl std::fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("webhook_external_url", &self.webhook_external_url)
             .field("known_hosts", &self.known_hosts)
+            .field("commit_status", &self.commit_status)
             .finish_non_exhaustive()
     }
 }

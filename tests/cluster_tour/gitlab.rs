@@ -1,6 +1,8 @@
 //! Registrations with `spec.gitlab` on the real API server: the finalizer
 //! `cdtarget.io/gitlab-cleanup` really holds the object until the deploy key and the hook are
-//! gone from the (fake) GitLab, which kube-fake-client cannot show (it deletes at once).
+//! gone from the (fake) GitLab, which kube-fake-client cannot show (it deletes at once); and the
+//! commit statuses and refusal comment a tenant sees on GitLab for the revisions the controller
+//! evaluates, on commits of a real repository the fake GitLab reads with `git`.
 
 use cdtarget::api::TenantRepository;
 use cdtarget::gitlab::{CONDITION_TYPE, FINALIZER, REASON_CLEANUP_PENDING};
@@ -8,7 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::runtime::wait::await_condition;
 
-use crate::common::cluster::{CONFIG_MAP, CONTROLLER_USER, CONVERGE, PLATFORM_NAMESPACE, gone};
+use crate::common::cluster::{CDTARGET, CONFIG_MAP, CONTROLLER_USER, CONVERGE, PLATFORM_NAMESPACE, Tenant, gone};
 use crate::common::fake_gitlab::{BOT_TOKEN, Fault, fingerprint};
 use crate::support::{
     self, GITLAB_STEPS, GitLabTenant, delete_registration, fake_gitlab, onboard_gitlab, until_registration_gone,
@@ -121,4 +123,97 @@ async fn a_gitlab_registration_deleted_while_gitlab_is_down_keeps_its_finalizer_
     until_registration_gone(tenant, &controller.log).await;
     assert!(gitlab.deploy_keys(*project).is_empty(), "the deploy key stayed: {:?}", gitlab.deploy_keys(*project));
     assert!(gitlab.hooks(*project).is_empty(), "the hook stayed: {:?}", gitlab.hooks(*project));
+}
+
+/// A registration condition: `status.gitlab.commitStatus` is `state` on `sha` (and, for
+/// `failed`, the refusal of `sha` is commented).
+fn posted(sha: &str, state: &'static str) -> impl Fn(Option<&TenantRepository>) -> bool {
+    let sha = sha.to_owned();
+    move |registration| {
+        let gitlab = registration.and_then(|r| r.status.as_ref()).and_then(|s| s.gitlab.as_ref());
+        gitlab.is_some_and(|g| {
+            g.commit_status.as_ref().is_some_and(|c| c.sha == sha && c.state == state)
+                && (state != "failed" || g.commented_sha.as_deref() == Some(sha.as_str()))
+        })
+    }
+}
+
+/// Requests the controller sent for commit statuses and comments of `project`, from the fake's
+/// request log.
+fn feedback_requests(project: i64) -> usize {
+    let statuses = format!("/api/v4/projects/{project}/statuses/");
+    let commits = format!("/api/v4/projects/{project}/repository/commits/");
+    fake_gitlab().log().iter().filter(|line| line.contains(&statuses) || line.contains(&commits)).count()
+}
+
+/// Asks for a reconcile and waits until the controller finished it.
+async fn reconcile_now(tenant: &Tenant, value: &str, log: &std::path::Path) {
+    tenant.request_reconcile(value);
+    let value = value.to_owned();
+    let handled = move |r: Option<&TenantRepository>| {
+        r.and_then(|r| r.status.as_ref()).and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(value.as_str())
+    };
+    tenant.registration_until("the requested reconcile handled", handled, log).await;
+}
+
+#[tokio::test]
+async fn gitlab_shows_pending_then_success_and_a_refused_push_fails_with_one_comment_listing_every_problem() {
+    let test = "gitlab_shows_pending_then_success_and_a_refused_push_fails_with_one_comment_listing_every_problem";
+    let Some(cluster) = support::cluster(test) else { return };
+    let controller = support::controller(cluster).await;
+    let log = controller.log.as_path();
+    let _gitlab_up = GITLAB_STEPS.lock().await;
+    let registered = onboard_gitlab(cluster, controller, &[("deploy/settings.yaml", CONFIG_MAP)]).await;
+    let GitLabTenant { tenant, project, webhook, .. } = &registered;
+    let gitlab = fake_gitlab();
+    let name = format!("cdtarget:{PLATFORM_NAMESPACE}/{}", tenant.ns);
+
+    // A good push: pending when fetched, then success, one record, our name, the branch.
+    let first = tenant.repo.head("main").expect("the first commit");
+    tenant.registration_until("commit status success on the first commit", posted(&first, "success"), log).await;
+    let records: Vec<_> = gitlab.statuses(*project).into_iter().filter(|r| r.sha == first).collect();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let record = &records[0];
+    assert_eq!((record.name.as_str(), record.git_ref.as_str()), (name.as_str(), "main"));
+    assert_eq!(record.history, ["pending", "success"], "pending before the apply, then success");
+    let description = record.description.clone().unwrap_or_default();
+    assert!(description.contains("applied 1 objects"), "{description}");
+
+    // A refused push: failed with the first problem, one comment with every problem and line.
+    let broken = CDTARGET.replace("    - 10.20.0.10\n", "    - 10.30.8.5/24\n    - 300.1.1.1\n");
+    let second = tenant.repo.commit_and_push(&[("deploy/agents.yaml", broken.as_str())], "broken agents");
+    tenant.request_reconcile("broken");
+    tenant.registration_until("commit status failed and commented", posted(&second, "failed"), log).await;
+    let records: Vec<_> = gitlab.statuses(*project).into_iter().filter(|r| r.sha == second).collect();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0].history, ["pending", "failed"]);
+    let description = records[0].description.clone().unwrap_or_default();
+    assert!(description.starts_with("deploy/agents.yaml:1 (document 1): spec.ip[0]"), "{description}");
+    assert!(description.chars().count() <= 255);
+    let comments: Vec<_> = gitlab.comments(*project).into_iter().filter(|c| c.sha == second).collect();
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    let note = &comments[0].note;
+    for expected in ["deploy/agents.yaml:1 (document 1): spec.ip[0]", "deploy/agents.yaml:1 (document 1): spec.ip[1]"] {
+        assert!(note.contains(expected), "{expected:?} missing: {note}");
+    }
+    assert!(!note.contains(BOT_TOKEN) && !note.contains(&webhook.token), "a secret in the comment");
+    assert!(gitlab.quick_actions().is_empty(), "{:?}", gitlab.quick_actions());
+
+    // The same revision evaluated again (two reconciles): not one feedback request.
+    let (requests, statuses, comments) =
+        (feedback_requests(*project), gitlab.statuses(*project), gitlab.comments(*project));
+    let writes = gitlab.state_document()["counts"]["statuses.create"]["writes"].clone();
+    for n in 0..2 {
+        reconcile_now(tenant, &format!("again-{n}"), log).await;
+    }
+    assert_eq!(feedback_requests(*project), requests, "{:#?}", gitlab.log());
+    assert_eq!(gitlab.statuses(*project), statuses, "no new status record");
+    assert_eq!(gitlab.comments(*project), comments, "no new comment");
+    let state: serde_json::Value =
+        reqwest::get(format!("{}/__state", gitlab.url())).await.expect("GET /__state").json().await.expect("JSON");
+    assert_eq!(state["counts"]["statuses.create"]["writes"], writes, "{}", state["counts"]);
+    support::report(&format!(
+        "commit statuses: {} feedback requests for 2 revisions (pending+verdict each, 1 comment listing + 1 comment), 0 for 2 reconciles of an unchanged revision",
+        requests
+    ));
 }

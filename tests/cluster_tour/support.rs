@@ -195,7 +195,10 @@ pub fn gitlab_synced(registration: Option<&TenantRepository>) -> bool {
 }
 
 /// Onboards a [`GitLabTenant`] whose first commit holds `files` and waits until its key and hook
-/// are registered (`GitLabSynced=True`, finalizer present).
+/// are registered (`GitLabSynced=True`, finalizer present). The project on the fake GitLab is
+/// backed by the tenant's real repository (commits, branches, diffs read with `git`); the
+/// registration starts suspended until that is so, or the first commit status would find no
+/// commit.
 pub async fn onboard_gitlab(
     cluster: &'static ControlPlane,
     controller: &TourController,
@@ -206,9 +209,13 @@ pub async fn onboard_gitlab(
     let project = fake_gitlab().add_project(&project_path);
     let webhook = WebhookSecret::create(cluster);
     let key_secret = format!("tour-deploy-key-{n}");
-    let extra =
-        format!("  secretRef:\n    name: {key_secret}\n{}  gitlab:\n    project: {project_path}\n", webhook.spec());
+    let extra = format!(
+        "  suspend: true\n  secretRef:\n    name: {key_secret}\n{}  gitlab:\n    project: {project_path}\n",
+        webhook.spec()
+    );
     let tenant = Tenant::onboard_with(cluster, files, &extra);
+    fake_gitlab().back_with_git(project, tenant.repo.bare_path());
+    tenant.patch_registration(r#"{"spec":{"suspend":false}}"#);
     tenant.registration_until("GitLabSynced=True with the finalizer", gitlab_synced, &controller.log).await;
     GitLabTenant { tenant, project, webhook, key_secret }
 }

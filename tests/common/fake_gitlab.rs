@@ -7,11 +7,23 @@
 //! Rack::Attack-style rate limit, request counters per route, and a webhook emitter that
 //! delivers push events with GitLab's headers (and Standard Webhooks signatures).
 //!
+//! Commit statuses and comments (contract §14): a repository model per project (commits with
+//! parents and per-file added/removed lines, branches, tags, protected branches; seeded, or read
+//! from a real bare repository with `git` on every request), pipelines (external ones and CI
+//! pipelines with jobs), status records with their user and `retried`, the transition table with
+//! GitLab's exact refusals, finished records never updated (a new record retries them), the
+//! external pipeline persisted before validation and the protected-branch 403, `:sha` resolved
+//! from a full SHA, a branch, a tag or a short SHA while listings match the raw string, commit
+//! comments with best-effort inline positions and no id, quick actions (202 for a note of
+//! commands only), and per-endpoint counts at `GET /__state`
+//! (`counts["statuses.create"]["writes"]`).
+//!
 //! Self-contained (std, axum, tokio, reqwest, serde_json, sha2, hmac, base64) so the benchmark
 //! can include it with `#[path]`. The server runs on its own runtime thread and stops on drop.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -36,6 +48,10 @@ pub const BOT_USER: u64 = 1;
 pub const MAINTAINER: u32 = 40;
 /// Access level of Developer.
 pub const DEVELOPER: u32 = 30;
+/// Access level of Reporter.
+pub const REPORTER: u32 = 20;
+/// Access level of Guest.
+pub const GUEST: u32 = 10;
 /// The version the fake claims in `User-Agent` of deliveries.
 pub const VERSION: &str = "18.5.0";
 /// Hooks a project may have.
@@ -82,6 +98,8 @@ pub enum Fault {
     ServerError,
     /// 502 with an HTML body, as a proxy in front of GitLab answers.
     BadGateway,
+    /// 409: another update of the commit status holds the lock (body text unverified).
+    StatusLocked,
 }
 
 /// How listings announce their next page.
@@ -194,6 +212,18 @@ pub struct Counts {
     pub by_method: BTreeMap<String, usize>,
     /// Answers by status.
     pub by_status: BTreeMap<u16, usize>,
+    /// By endpoint (`statuses.create`, `statuses.list`, `comments.create`, `comments.list`, else
+    /// the route): requests, and writes that changed something (2xx answers to non-GET).
+    pub by_endpoint: BTreeMap<String, EndpointCount>,
+}
+
+/// Requests to one endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointCount {
+    /// Every request.
+    pub requests: usize,
+    /// Non-GET requests answered 2xx.
+    pub writes: usize,
 }
 
 impl Counts {
@@ -221,6 +251,11 @@ impl Counts {
     pub fn status(&self, status: u16) -> usize {
         self.by_status.get(&status).copied().unwrap_or(0)
     }
+
+    /// Requests and writes of `endpoint`, e.g. `"statuses.create"`.
+    pub fn endpoint(&self, endpoint: &str) -> EndpointCount {
+        self.by_endpoint.get(endpoint).copied().unwrap_or_default()
+    }
 }
 
 // === state ===
@@ -239,6 +274,10 @@ struct ProjectRecord {
     /// key id → can_push
     links: BTreeMap<i64, bool>,
     hooks: BTreeMap<i64, HookRecord>,
+    repo: RepoModel,
+    pipelines: Vec<PipelineRecord>,
+    statuses: Vec<StatusRecord>,
+    comments: Vec<CommentRecord>,
 }
 
 #[derive(Clone)]
@@ -306,6 +345,8 @@ struct StateData {
     /// Per project: the set of linked fingerprints after every change.
     key_timeline: BTreeMap<i64, Vec<BTreeSet<String>>>,
     log: Vec<String>,
+    /// Every quick action GitLab would have run from a note: `(project, "/command args")`.
+    quick_actions: Vec<(i64, String)>,
 }
 
 struct Shared {
@@ -348,6 +389,7 @@ impl FakeGitLab {
                 counts: Counts::default(),
                 key_timeline: BTreeMap::new(),
                 log: Vec::new(),
+                quick_actions: Vec::new(),
             }),
             base_url: format!("http://127.0.0.1:{port}"),
             uuid_counter: AtomicU64::new(0),
@@ -397,6 +439,10 @@ impl FakeGitLab {
                 members,
                 links: BTreeMap::new(),
                 hooks: BTreeMap::new(),
+                repo: RepoModel::default(),
+                pipelines: Vec::new(),
+                statuses: Vec::new(),
+                comments: Vec::new(),
             },
         );
         id
@@ -972,7 +1018,7 @@ struct Call {
 
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let body: Bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
+    let body: Bytes = axum::body::to_bytes(body, 8 << 20).await.unwrap_or_default();
     let raw_path = parts.uri.path().to_owned();
     let shown_path = parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| raw_path.clone());
     let query = parts.uri.query().map(parse_form).unwrap_or_default();
@@ -990,6 +1036,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let raw_segments: Vec<String> = raw_path.trim_start_matches('/').split('/').map(str::to_owned).collect();
     let segments = raw_segments.iter().map(|s| percent_decode(s)).collect();
     let call = Call { method: parts.method.clone(), segments, raw_segments, query, params, headers: parts.headers };
+    if call.method == Method::GET && raw_path == "/__state" {
+        let state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        return Answer::json(200, state_document(&state)).into_response();
+    }
     let route = route_template(&call);
     let latency = {
         let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -1004,6 +1054,12 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         let answer = answer(&mut state, &shared.base_url, &call, &route);
         *state.counts.by_status.entry(answer.status.as_u16()).or_default() += 1;
+        let endpoint = endpoint_name(&call.method, &route);
+        let count = state.counts.by_endpoint.entry(endpoint).or_default();
+        count.requests += 1;
+        if call.method != Method::GET && answer.status.is_success() {
+            count.writes += 1;
+        }
         let line = format!("{} {shown_path} -> {}", call.method, answer.status.as_u16());
         state.log.push(line);
         answer
@@ -1024,6 +1080,8 @@ fn route_template(call: &Call) -> String {
         .map(|(i, part)| match (i, rest.get(i.wrapping_sub(1))) {
             (1, Some(&"projects")) => ":id".to_owned(),
             (3, Some(&"deploy_keys")) => ":key_id".to_owned(),
+            (3, Some(&"statuses")) => ":sha".to_owned(),
+            (4, Some(&"commits")) => ":sha".to_owned(),
             (3, Some(&"hooks")) => ":hook_id".to_owned(),
             _ => (*part).to_owned(),
         })
@@ -1167,6 +1225,7 @@ fn injected_fault(state: &mut StateData, call: &Call, route: &str) -> Option<Ans
         }
         Fault::AppRateLimit => app_rate_limited(),
         Fault::ServerError => Answer::message(500, "500 Internal Server Error"),
+        Fault::StatusLocked => Answer::message(409, "Another update to this commit status is in progress"),
         Fault::BadGateway => Answer {
             status: StatusCode::BAD_GATEWAY,
             body: None,
@@ -1224,12 +1283,18 @@ fn route_call(state: &mut StateData, base_url: &str, call: &Call, user: u64, res
     }
     // Routes are matched before the project is looked up: a raw `/` in the path matches none.
     let known_route = match rest {
+        ["projects", _, "statuses", _] => true,
+        ["projects", _, "repository", "commits", _, "statuses" | "comments"] => true,
         ["projects", _] => true,
         ["projects", _, "deploy_keys" | "hooks", ..] => rest.len() <= 6,
         _ => false,
     };
     if !known_route {
         return Answer::error(404, "404 Not Found");
+    }
+    // Grape checks parameters before the project is looked up.
+    if let Some(answer) = feedback_params_refused(call, rest) {
+        return answer;
     }
     // A raw `/` in the path gives more segments than any route has: 404 like GitLab.
     let project = match find_project(state, base_url, rest[1], user, method) {
@@ -1271,6 +1336,23 @@ fn route_call(state: &mut StateData, base_url: &str, call: &Call, user: u64, res
                 "permissions": {"project_access": {"access_level": role, "notification_level": 3}, "group_access": null},
             }),
         );
+    }
+    refresh_repository(state, project_id);
+    match rest {
+        ["projects", _, "statuses", sha] if *method == Method::POST => {
+            return set_status(state, call, project_id, user, role, sha);
+        }
+        ["projects", _, "repository", "commits", sha, "statuses"] if *method == Method::GET => {
+            return list_statuses(state, base_url, call, project_id, role, sha);
+        }
+        ["projects", _, "repository", "commits", sha, "comments"] if *method == Method::GET => {
+            return list_comments(state, base_url, call, project_id, role, sha);
+        }
+        ["projects", _, "repository", "commits", sha, "comments"] if *method == Method::POST => {
+            return add_comment(state, call, project_id, user, role, sha);
+        }
+        ["projects", _, "statuses" | "repository", ..] => return Answer::error(405, "405 Method Not Allowed"),
+        _ => {}
     }
     let resource = rest[2];
     if !matches!(resource, "deploy_keys" | "hooks") {
@@ -1762,4 +1844,854 @@ fn civil(secs: u64) -> (u64, u64, u64, u64, u64, u64) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year as u64, month as u64, day as u64, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+// === commit statuses, pipelines and commit comments (contract §14) ===
+
+/// One file of a commit's diff: the lines it added (numbers in the new file) and removed
+/// (numbers in the old file).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileDiff {
+    /// Added lines.
+    pub added: BTreeSet<u32>,
+    /// Removed lines.
+    pub removed: BTreeSet<u32>,
+}
+
+#[derive(Clone, Debug)]
+struct CommitRecord {
+    parents: Vec<String>,
+    files: BTreeMap<String, FileDiff>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct RepoModel {
+    commits: BTreeMap<String, CommitRecord>,
+    branches: BTreeMap<String, String>,
+    tags: BTreeMap<String, String>,
+    /// Branches only Maintainers may push and merge to (GitLab's default for the default branch).
+    protected: BTreeSet<String>,
+    /// A real bare repository read on every request instead of seeded commits.
+    git_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug)]
+struct PipelineRecord {
+    id: i64,
+    sha: String,
+    git_ref: String,
+    source: &'static str,
+}
+
+#[derive(Clone, Debug)]
+struct StatusRecord {
+    id: i64,
+    sha: String,
+    git_ref: String,
+    name: String,
+    status: String,
+    description: Option<String>,
+    target_url: Option<String>,
+    coverage: Option<f64>,
+    pipeline_id: i64,
+    user: u64,
+    retried: bool,
+    /// A CI job of a pipeline, not an external status.
+    ci_job: bool,
+    created_at: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    /// Every state the record was in, in order.
+    history: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct CommentRecord {
+    sha: String,
+    note: String,
+    path: Option<String>,
+    line: Option<u32>,
+    line_type: Option<String>,
+    user: u64,
+    created_at: String,
+}
+
+/// A status record as the fake stores it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusView {
+    /// Record id.
+    pub id: i64,
+    /// Full SHA.
+    pub sha: String,
+    /// Ref.
+    pub git_ref: String,
+    /// Name.
+    pub name: String,
+    /// `created`, `pending`, `running`, `success`, `failed`, `canceled`, `skipped`.
+    pub status: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Target URL.
+    pub target_url: Option<String>,
+    /// Pipeline.
+    pub pipeline_id: i64,
+    /// Who posted it.
+    pub user: u64,
+    /// Replaced by a newer record of the same name in its pipeline.
+    pub retried: bool,
+    /// A CI job rather than an external status.
+    pub ci_job: bool,
+    /// Every state the record went through, in order (e.g. `["pending", "success"]`).
+    pub history: Vec<String>,
+}
+
+/// A commit comment as the fake stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommentView {
+    /// Full SHA.
+    pub sha: String,
+    /// The stored note (quick actions removed).
+    pub note: String,
+    /// Inline position, when it stuck.
+    pub path: Option<String>,
+    /// Line, when it stuck.
+    pub line: Option<u32>,
+    /// Author.
+    pub user: u64,
+}
+
+/// A pipeline as the fake stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineView {
+    /// Id.
+    pub id: i64,
+    /// Full SHA.
+    pub sha: String,
+    /// Ref.
+    pub git_ref: String,
+    /// `external` (made by a status POST) or `push` (a CI pipeline).
+    pub source: String,
+}
+
+impl FakeGitLab {
+    /// Gives `user` access level `level` on a project.
+    pub fn set_role(&self, project_id: i64, user: u64, level: u32) {
+        self.state().projects.get_mut(&project_id).expect("project exists").members.insert(user, level);
+    }
+
+    /// Adds a commit whose diff is `files` (path, added lines, removed lines) on top of `branch`
+    /// (created when missing) and moves the branch to it; returns its SHA (40 hex digits).
+    pub fn commit(&self, project_id: i64, branch: &str, files: &[(&str, &[u32], &[u32])]) -> String {
+        let mut state = self.state();
+        let n = state.take_id();
+        let project = state.projects.get_mut(&project_id).expect("project exists");
+        let sha = hex(&Sha256::digest(format!("commit-{project_id}-{n}")))[..40].to_owned();
+        let parents = project.repo.branches.get(branch).cloned().into_iter().collect();
+        let files = files
+            .iter()
+            .map(|(path, added, removed)| {
+                let diff =
+                    FileDiff { added: added.iter().copied().collect(), removed: removed.iter().copied().collect() };
+                ((*path).to_owned(), diff)
+            })
+            .collect();
+        project.repo.commits.insert(sha.clone(), CommitRecord { parents, files });
+        project.repo.branches.insert(branch.to_owned(), sha.clone());
+        sha
+    }
+
+    /// Deletes branch `name` (its commits stay, reachable or not).
+    pub fn delete_branch(&self, project_id: i64, name: &str) {
+        self.state().projects.get_mut(&project_id).expect("project exists").repo.branches.remove(name);
+    }
+
+    /// Points tag `name` at `sha`.
+    pub fn tag(&self, project_id: i64, name: &str, sha: &str) {
+        self.state().projects.get_mut(&project_id).expect("project exists").repo.tags.insert(name.into(), sha.into());
+    }
+
+    /// Protects `branch`: only Maintainers may push or merge (GitLab's default for `main`).
+    pub fn protect_branch(&self, project_id: i64, branch: &str) {
+        self.state().projects.get_mut(&project_id).expect("project exists").repo.protected.insert(branch.into());
+    }
+
+    /// Serves the project's commits, branches and tags from the bare repository `git_dir`,
+    /// read with `git` on every request (pushes show at once).
+    pub fn back_with_git(&self, project_id: i64, git_dir: &Path) {
+        let mut state = self.state();
+        let project = state.projects.get_mut(&project_id).expect("project exists");
+        project.repo.git_dir = Some(git_dir.to_owned());
+        refresh_repository(&mut state, project_id);
+    }
+
+    /// A CI pipeline (source `push`) for `sha` on `git_ref` with jobs `jobs` (each `running`);
+    /// returns its id.
+    pub fn add_ci_pipeline(&self, project_id: i64, sha: &str, git_ref: &str, jobs: &[&str]) -> i64 {
+        let mut state = self.state();
+        let pipeline = state.take_id();
+        let ids: Vec<i64> = jobs.iter().map(|_| state.take_id()).collect();
+        let project = state.projects.get_mut(&project_id).expect("project exists");
+        project.pipelines.push(PipelineRecord {
+            id: pipeline,
+            sha: sha.into(),
+            git_ref: git_ref.into(),
+            source: "push",
+        });
+        for (job, id) in jobs.iter().zip(ids) {
+            project.statuses.push(StatusRecord {
+                id,
+                sha: sha.into(),
+                git_ref: git_ref.into(),
+                name: (*job).into(),
+                status: "running".into(),
+                description: None,
+                target_url: None,
+                coverage: None,
+                pipeline_id: pipeline,
+                user: BOT_USER + 1000,
+                retried: false,
+                ci_job: true,
+                created_at: now_iso(),
+                started_at: Some(now_iso()),
+                finished_at: None,
+                history: vec!["running".into()],
+            });
+        }
+        pipeline
+    }
+
+    /// Every status record of the project (retried ones and CI jobs included), oldest first.
+    pub fn statuses(&self, project_id: i64) -> Vec<StatusView> {
+        let state = self.state();
+        let project = state.projects.get(&project_id).expect("project exists");
+        project
+            .statuses
+            .iter()
+            .map(|r| StatusView {
+                id: r.id,
+                sha: r.sha.clone(),
+                git_ref: r.git_ref.clone(),
+                name: r.name.clone(),
+                status: r.status.clone(),
+                description: r.description.clone(),
+                target_url: r.target_url.clone(),
+                pipeline_id: r.pipeline_id,
+                user: r.user,
+                retried: r.retried,
+                ci_job: r.ci_job,
+                history: r.history.clone(),
+            })
+            .collect()
+    }
+
+    /// Every pipeline of the project, oldest first.
+    pub fn pipelines(&self, project_id: i64) -> Vec<PipelineView> {
+        let state = self.state();
+        let project = state.projects.get(&project_id).expect("project exists");
+        project
+            .pipelines
+            .iter()
+            .map(|p| PipelineView { id: p.id, sha: p.sha.clone(), git_ref: p.git_ref.clone(), source: p.source.into() })
+            .collect()
+    }
+
+    /// Every commit comment of the project, oldest first.
+    pub fn comments(&self, project_id: i64) -> Vec<CommentView> {
+        let state = self.state();
+        let project = state.projects.get(&project_id).expect("project exists");
+        project
+            .comments
+            .iter()
+            .map(|c| CommentView {
+                sha: c.sha.clone(),
+                note: c.note.clone(),
+                path: c.path.clone(),
+                line: c.line,
+                user: c.user,
+            })
+            .collect()
+    }
+
+    /// Every quick action GitLab would have run from a note (`/command args`), in order.
+    pub fn quick_actions(&self) -> Vec<String> {
+        self.state().quick_actions.iter().map(|(_, command)| command.clone()).collect()
+    }
+
+    /// What `GET /__state` answers.
+    pub fn state_document(&self) -> Value {
+        state_document(&self.state())
+    }
+}
+
+/// `GET /__state`: counts by endpoint and the feedback records of every project.
+fn state_document(state: &StateData) -> Value {
+    let counts: Map<String, Value> = state
+        .counts
+        .by_endpoint
+        .iter()
+        .map(|(name, c)| (name.clone(), json!({"requests": c.requests, "writes": c.writes})))
+        .collect();
+    let projects: Map<String, Value> = state
+        .projects
+        .values()
+        .map(|p| {
+            let statuses: Vec<Value> = p.statuses.iter().map(|r| status_entity(r, true)).collect();
+            let comments: Vec<Value> = p.comments.iter().map(comment_entity).collect();
+            let pipelines: Vec<Value> = p
+                .pipelines
+                .iter()
+                .map(|x| json!({"id": x.id, "sha": x.sha, "ref": x.git_ref, "source": x.source}))
+                .collect();
+            (p.path.clone(), json!({"id": p.id, "statuses": statuses, "comments": comments, "pipelines": pipelines}))
+        })
+        .collect();
+    let actions: Vec<&String> = state.quick_actions.iter().map(|(_, c)| c).collect();
+    json!({"counts": counts, "projects": projects, "quick_actions": actions})
+}
+
+/// The endpoint name of a request for the counts of `/__state`.
+fn endpoint_name(method: &Method, route: &str) -> String {
+    match (method.as_str(), route) {
+        ("POST", "/api/v4/projects/:id/statuses/:sha") | ("POST", "/projects/:id/statuses/:sha") => {
+            "statuses.create".into()
+        }
+        ("GET", r) if r.ends_with("/repository/commits/:sha/statuses") => "statuses.list".into(),
+        ("POST", r) if r.ends_with("/repository/commits/:sha/comments") => "comments.create".into(),
+        ("GET", r) if r.ends_with("/repository/commits/:sha/comments") => "comments.list".into(),
+        (method, route) => format!("{method} {route}"),
+    }
+}
+
+/// Grape's parameter checks of the feedback routes, which GitLab runs before anything else.
+fn feedback_params_refused(call: &Call, rest: &[&str]) -> Option<Answer> {
+    match (rest, &call.method) {
+        (["projects", _, "statuses", _], &Method::POST) => {
+            let Some(state) = call.params.get("state") else { return Some(Answer::error(400, "state is missing")) };
+            let valid = ["pending", "running", "success", "failed", "canceled", "skipped"];
+            if !state.as_str().is_some_and(|s| valid.contains(&s)) {
+                return Some(Answer::error(400, "state does not have a valid value"));
+            }
+            if let Some(coverage) = call.params.get("coverage")
+                && number(coverage).is_none()
+            {
+                return Some(Answer::error(400, "coverage is invalid"));
+            }
+            if let Some(id) = call.params.get("pipeline_id")
+                && integer(id).is_none()
+            {
+                return Some(Answer::error(400, "pipeline_id is invalid"));
+            }
+            None
+        }
+        (["projects", _, "repository", "commits", _, "comments"], &Method::POST) => {
+            if !call.params.contains_key("note") {
+                return Some(Answer::error(400, "note is missing"));
+            }
+            if call.params.contains_key("path") && !call.params.contains_key("line") {
+                return Some(Answer::error(400, "line is missing"));
+            }
+            if let Some(line_type) = call.params.get("line_type")
+                && !matches!(line_type.as_str(), Some("new" | "old"))
+            {
+                return Some(Answer::error(400, "line_type does not have a valid value"));
+            }
+            None
+        }
+        (["projects", _, "repository", "commits", _, "statuses"], &Method::GET) => {
+            let query = |name: &str| call.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+            if query("order_by").is_some_and(|o| !matches!(o, "id" | "pipeline_id")) {
+                return Some(Answer::error(400, "order_by does not have a valid value"));
+            }
+            if query("sort").is_some_and(|o| !matches!(o, "asc" | "desc")) {
+                return Some(Answer::error(400, "sort does not have a valid value"));
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+fn number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn integer(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn text_param<'a>(params: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
+    params.get(name).and_then(Value::as_str)
+}
+
+/// Reads the project's bare repository again, when it has one: refs, and every commit not
+/// known yet with its parents and the added and removed lines of each file.
+fn refresh_repository(state: &mut StateData, project_id: i64) {
+    let Some(project) = state.projects.get_mut(&project_id) else { return };
+    let Some(git_dir) = project.repo.git_dir.clone() else { return };
+    let git = |args: &[&str]| -> Option<String> {
+        let output = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .args(["-c", "core.quotePath=false"])
+            .args(args)
+            .output()
+            .ok()?;
+        output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let Some(refs) = git(&["for-each-ref", "--format=%(refname)%00%(objectname)%00%(*objectname)"]) else { return };
+    let repo = &mut project.repo;
+    repo.branches.clear();
+    repo.tags.clear();
+    for line in refs.lines() {
+        let mut parts = line.split('\0');
+        let (Some(name), Some(object), peeled) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let commit = peeled.filter(|p| !p.is_empty()).unwrap_or(object).to_owned();
+        if let Some(branch) = name.strip_prefix("refs/heads/") {
+            repo.branches.insert(branch.to_owned(), commit);
+        } else if let Some(tag) = name.strip_prefix("refs/tags/") {
+            repo.tags.insert(tag.to_owned(), commit);
+        }
+    }
+    let Some(all) = git(&["rev-list", "--parents", "--all"]) else { return };
+    for line in all.lines() {
+        let mut ids = line.split_whitespace();
+        let Some(sha) = ids.next() else { continue };
+        if repo.commits.contains_key(sha) {
+            continue;
+        }
+        let parents: Vec<String> = ids.map(str::to_owned).collect();
+        let diff = git(&["diff-tree", "--root", "-p", "-U0", "--no-renames", "--no-color", "--no-commit-id", sha])
+            .unwrap_or_default();
+        repo.commits.insert(sha.to_owned(), CommitRecord { parents, files: parse_diff(&diff) });
+    }
+}
+
+/// The added and removed line numbers of each file of a `-U0` patch.
+fn parse_diff(patch: &str) -> BTreeMap<String, FileDiff> {
+    let mut files: BTreeMap<String, FileDiff> = BTreeMap::new();
+    let mut old_path: Option<String> = None;
+    let mut current: Option<String> = None;
+    for line in patch.lines() {
+        if let Some(path) = line.strip_prefix("--- ") {
+            old_path = path.strip_prefix("a/").map(str::to_owned);
+        } else if let Some(path) = line.strip_prefix("+++ ") {
+            current = path.strip_prefix("b/").map(str::to_owned).or(old_path.clone());
+        } else if let (Some(hunk), Some(path)) = (line.strip_prefix("@@ -"), current.as_ref()) {
+            let Some((ranges, _)) = hunk.split_once(" @@") else { continue };
+            let Some((old, new)) = ranges.split_once(" +") else { continue };
+            let range = |text: &str| -> (u32, u32) {
+                let (start, count) = text.split_once(',').unwrap_or((text, "1"));
+                (start.parse().unwrap_or(0), count.parse().unwrap_or(1))
+            };
+            let ((old_start, old_count), (new_start, new_count)) = (range(old), range(new));
+            let diff = files.entry(path.clone()).or_default();
+            diff.removed.extend(old_start..old_start + old_count);
+            diff.added.extend(new_start..new_start + new_count);
+        }
+    }
+    files
+}
+
+/// `project.commit(:sha)`: a full SHA, a branch, a tag, or an unambiguous abbreviated SHA.
+fn resolve_commit(repo: &RepoModel, sha: &str) -> Option<String> {
+    if repo.commits.contains_key(sha) {
+        return Some(sha.to_owned());
+    }
+    if let Some(head) = repo.branches.get(sha).or_else(|| repo.tags.get(sha)) {
+        return Some(head.clone());
+    }
+    if sha.len() >= 4 && sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let mut found = repo.commits.keys().filter(|full| full.starts_with(&sha.to_ascii_lowercase()));
+        if let (Some(one), None) = (found.next(), found.next()) {
+            return Some(one.clone());
+        }
+    }
+    None
+}
+
+/// The first branch (by name) whose history holds `sha`.
+fn branch_containing(repo: &RepoModel, sha: &str) -> Option<String> {
+    repo.branches.iter().find(|(_, head)| reachable(repo, head, sha)).map(|(name, _)| name.clone())
+}
+
+fn reachable(repo: &RepoModel, from: &str, target: &str) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![from.to_owned()];
+    while let Some(sha) = stack.pop() {
+        if sha == target {
+            return true;
+        }
+        if seen.insert(sha.clone())
+            && let Some(commit) = repo.commits.get(&sha)
+        {
+            stack.extend(commit.parents.iter().cloned());
+        }
+    }
+    false
+}
+
+fn status_entity(record: &StatusRecord, with_retried: bool) -> Value {
+    let mut value = json!({
+        "id": record.id,
+        "sha": record.sha,
+        "ref": record.git_ref,
+        "status": record.status,
+        "name": record.name,
+        "stage": if record.ci_job { "test" } else { "external" },
+        "target_url": record.target_url,
+        "description": record.description,
+        "created_at": record.created_at,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "allow_failure": false,
+        "coverage": record.coverage,
+        "pipeline_id": record.pipeline_id,
+        "author": {"id": record.user, "username": format!("bot-{}", record.user), "name": "cdtarget bot", "state": "active"},
+    });
+    if with_retried {
+        value["retried"] = json!(record.retried);
+    }
+    value
+}
+
+fn comment_entity(comment: &CommentRecord) -> Value {
+    json!({
+        "note": comment.note,
+        "path": comment.path,
+        "line": comment.line,
+        "line_type": comment.line_type,
+        "author": {"id": comment.user, "username": format!("bot-{}", comment.user), "name": "cdtarget bot", "state": "active"},
+        "created_at": comment.created_at,
+    })
+}
+
+fn field_errors(field: &str, messages: &[String]) -> Answer {
+    Answer::json(400, json!({ "message": { field: messages } }))
+}
+
+/// `POST /projects/:id/statuses/:sha`, in the order of `Ci::CreateCommitStatusService`.
+fn set_status(state: &mut StateData, call: &Call, project_id: i64, user: u64, role: u32, raw_sha: &str) -> Answer {
+    if role < DEVELOPER {
+        return Answer::message(403, "403 Forbidden");
+    }
+    let project = state.projects.get(&project_id).expect("exists");
+    let Some(sha) = resolve_commit(&project.repo, raw_sha) else {
+        return Answer::message(404, "404 Commit Not Found");
+    };
+    let wanted = text_param(&call.params, "state").unwrap_or_default().to_owned();
+    let sent_ref = text_param(&call.params, "ref").filter(|r| !r.is_empty()).map(str::to_owned);
+    let pipeline_id = call.params.get("pipeline_id").and_then(integer);
+    // 1. The newest pipeline for the SHA (among the newest 100 unless pinned), by ref and id.
+    let mut candidates: Vec<&PipelineRecord> = project.pipelines.iter().filter(|p| p.sha == sha).collect();
+    candidates.sort_by_key(|p| std::cmp::Reverse(p.id));
+    if pipeline_id.is_none() {
+        candidates.truncate(100);
+    }
+    let pipeline = candidates
+        .into_iter()
+        .filter(|p| sent_ref.as_ref().is_none_or(|r| *r == p.git_ref))
+        .find(|p| pipeline_id.is_none_or(|id| id == p.id))
+        .cloned();
+    // 2. The ref: as sent, else the pipeline's, else the first branch holding the commit.
+    let Some(git_ref) = sent_ref
+        .clone()
+        .or_else(|| pipeline.as_ref().map(|p| p.git_ref.clone()))
+        .or_else(|| branch_containing(&project.repo, &sha))
+    else {
+        return Answer::message(404, "404 References for commit Not Found");
+    };
+    if pipeline_id.is_some() && pipeline.is_none() {
+        return Answer::message(404, "404 Pipeline for pipeline_id, sha and ref Not Found");
+    }
+    let protected = project.repo.protected.contains(&git_ref);
+    // 3. No pipeline: an external one is persisted now, whatever follows.
+    let pipeline_id = match pipeline {
+        Some(pipeline) => pipeline.id,
+        None => {
+            let id = state.take_id();
+            let project = state.projects.get_mut(&project_id).expect("exists");
+            project.pipelines.push(PipelineRecord {
+                id,
+                sha: sha.clone(),
+                git_ref: git_ref.clone(),
+                source: "external",
+            });
+            id
+        }
+    };
+    // `update_pipeline`: on a protected branch, only who may push or merge there.
+    if protected && role < MAINTAINER {
+        return Answer::message(403, "403 Forbidden");
+    }
+    let name = text_param(&call.params, "name")
+        .or_else(|| text_param(&call.params, "context"))
+        .map(str::to_owned)
+        .unwrap_or_else(|| "default".to_owned());
+    // 4. The open record of this pipeline, ref, name and user, or a new one.
+    let next_id = state.next_id;
+    let project = state.projects.get_mut(&project_id).expect("exists");
+    let open = project.statuses.iter().position(|r| {
+        !r.ci_job
+            && r.pipeline_id == pipeline_id
+            && r.git_ref == git_ref
+            && r.name == name
+            && r.user == user
+            && !r.retried
+            && matches!(r.status.as_str(), "created" | "pending" | "running")
+    });
+    let mut record = match open {
+        Some(index) => project.statuses[index].clone(),
+        None => StatusRecord {
+            id: next_id,
+            sha: sha.clone(),
+            git_ref: git_ref.clone(),
+            name: name.clone(),
+            status: "created".into(),
+            description: None,
+            target_url: None,
+            coverage: None,
+            pipeline_id,
+            user,
+            retried: false,
+            ci_job: false,
+            created_at: now_iso(),
+            started_at: None,
+            finished_at: None,
+            history: Vec::new(),
+        },
+    };
+    // 5. Only present (non-blank) values are assigned.
+    if let Some(description) = text_param(&call.params, "description").filter(|d| !d.trim().is_empty()) {
+        record.description = Some(description.to_owned());
+    }
+    if let Some(url) = text_param(&call.params, "target_url").filter(|u| !u.trim().is_empty()) {
+        record.target_url = Some(url.trim().to_owned());
+    }
+    if let Some(coverage) = call.params.get("coverage").and_then(number) {
+        record.coverage = Some(coverage);
+    }
+    // 6. Validation.
+    if record.description.as_ref().is_some_and(|d| d.chars().count() > 255) {
+        return field_errors("description", &["is too long (maximum is 255 characters)".into()]);
+    }
+    if let Some(url) = &record.target_url {
+        let mut errors = Vec::new();
+        if url.contains(['\r', '\n']) {
+            errors.push("is blocked: URI is invalid".to_owned());
+        } else {
+            match reqwest::Url::parse(url) {
+                Ok(parsed) if !matches!(parsed.scheme(), "http" | "https") => {
+                    errors.push("is blocked: Only allowed schemes are http, https".into());
+                }
+                Ok(parsed) if parsed.host_str().is_none_or(str::is_empty) => {
+                    errors.push("is blocked: Hostname or IP address invalid".into());
+                }
+                Ok(_) => {}
+                Err(_) => errors.push("is blocked: Only allowed schemes are http, https".into()),
+            }
+        }
+        if url.chars().count() > 255 {
+            errors.push("is too long (maximum is 255 characters)".into());
+        }
+        if !errors.is_empty() {
+            return field_errors("target_url", &errors);
+        }
+    }
+    if name.trim().is_empty() {
+        return field_errors("name", &["can't be blank".into()]);
+    }
+    if project.statuses.iter().any(|r| r.ci_job && r.pipeline_id == pipeline_id && r.name == name) {
+        return field_errors("name", &["has already been taken".into()]);
+    }
+    // 7. The transition (`running` fires `enqueue` silently first).
+    let refused = |event: &str, from: &str| {
+        Answer::message(
+            400,
+            &format!(
+                "Cannot transition status via :{event} from :{from} (Reason(s): Status cannot transition via \"{event}\")"
+            ),
+        )
+    };
+    match (record.status.as_str(), wanted.as_str()) {
+        ("pending", "pending") => return refused("enqueue", "pending"),
+        ("running", "pending") => return refused("enqueue", "running"),
+        ("running", "running") => return refused("run", "running"),
+        ("running", "skipped") => return refused("skip", "running"),
+        _ => {}
+    }
+    let now = now_iso();
+    if wanted == "running" {
+        record.started_at = Some(now.clone());
+    }
+    if matches!(wanted.as_str(), "success" | "failed" | "canceled") {
+        record.finished_at = Some(now);
+    }
+    record.history.push(wanted.clone());
+    record.status = wanted;
+    let id = record.id;
+    match open {
+        Some(index) => project.statuses[index] = record.clone(),
+        None => project.statuses.push(record.clone()),
+    }
+    // Every other record of this name in the pipeline is retried (any user, any type).
+    for other in project.statuses.iter_mut() {
+        if other.id != id && other.pipeline_id == pipeline_id && other.name == name && !other.retried {
+            other.retried = true;
+        }
+    }
+    if open.is_none() {
+        state.next_id += 1;
+    }
+    Answer::json(201, status_entity(&record, false))
+}
+
+/// `GET /projects/:id/repository/commits/:sha/statuses`: the 404 check resolves `:sha`, the
+/// records are matched on the raw string.
+fn list_statuses(state: &StateData, base_url: &str, call: &Call, project_id: i64, role: u32, raw_sha: &str) -> Answer {
+    if role < REPORTER {
+        return Answer::message(403, "403 Forbidden");
+    }
+    let project = &state.projects[&project_id];
+    if resolve_commit(&project.repo, raw_sha).is_none() {
+        return Answer::message(404, "404 Commit Not Found");
+    }
+    let query = |name: &str| call.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let all = query("all").is_some_and(|v| v == "true");
+    let mut records: Vec<&StatusRecord> = project
+        .statuses
+        .iter()
+        .filter(|r| r.sha == raw_sha)
+        .filter(|r| all || !r.retried)
+        .filter(|r| query("ref").is_none_or(|v| v == r.git_ref))
+        .filter(|r| query("name").is_none_or(|v| v == r.name))
+        .filter(|r| query("stage").is_none_or(|v| v == if r.ci_job { "test" } else { "external" }))
+        .filter(|r| query("pipeline_id").is_none_or(|v| v == r.pipeline_id.to_string()))
+        .collect();
+    match query("order_by").as_deref() {
+        Some("pipeline_id") => records.sort_by_key(|r| (r.pipeline_id, r.id)),
+        _ => records.sort_by_key(|r| r.id),
+    }
+    if query("sort").as_deref() == Some("desc") {
+        records.reverse();
+    }
+    let items = records.into_iter().map(|r| status_entity(r, false)).collect();
+    paginate(
+        state.pagination,
+        base_url,
+        call,
+        &format!("projects/{project_id}/repository/commits/{raw_sha}/statuses"),
+        items,
+    )
+}
+
+fn list_comments(state: &StateData, base_url: &str, call: &Call, project_id: i64, role: u32, raw_sha: &str) -> Answer {
+    if role < REPORTER {
+        return Answer::message(403, "403 Forbidden");
+    }
+    let project = &state.projects[&project_id];
+    let Some(sha) = resolve_commit(&project.repo, raw_sha) else {
+        return Answer::message(404, "404 Commit Not Found");
+    };
+    let items = project.comments.iter().filter(|c| c.sha == sha).map(comment_entity).collect();
+    paginate(
+        state.pagination,
+        base_url,
+        call,
+        &format!("projects/{project_id}/repository/commits/{sha}/comments"),
+        items,
+    )
+}
+
+/// The quick actions of `note` (lines starting with `/word` outside code blocks, stricter than
+/// GitLab, which only runs the commands a commit knows) and the note without them.
+fn extract_quick_actions(note: &str) -> (Vec<String>, String) {
+    let mut commands = Vec::new();
+    let mut kept = Vec::new();
+    let mut fence: Option<(char, usize)> = None;
+    for line in note.split('\n') {
+        let trimmed = line.trim_start();
+        let marker = trimmed.chars().next().filter(|c| *c == '`' || *c == '~');
+        if let Some(c) = marker {
+            let run = trimmed.chars().take_while(|x| *x == c).count();
+            if run >= 3 {
+                match fence {
+                    None => fence = Some((c, run)),
+                    Some((open, length)) if open == c && run >= length && trimmed[run..].trim().is_empty() => {
+                        fence = None
+                    }
+                    Some(_) => {}
+                }
+                kept.push(line);
+                continue;
+            }
+        }
+        let is_command = fence.is_none()
+            && line.starts_with('/')
+            && line[1..].chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && line[1..].chars().take_while(|c| !c.is_whitespace()).all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if is_command {
+            commands.push(line.to_owned());
+        } else {
+            kept.push(line);
+        }
+    }
+    (commands, kept.join("\n"))
+}
+
+/// `POST /projects/:id/repository/commits/:sha/comments`.
+fn add_comment(state: &mut StateData, call: &Call, project_id: i64, user: u64, role: u32, raw_sha: &str) -> Answer {
+    if role < REPORTER {
+        return Answer::message(403, "403 Forbidden");
+    }
+    let project = &state.projects[&project_id];
+    let Some(sha) = resolve_commit(&project.repo, raw_sha) else {
+        return Answer::message(404, "404 Commit Not Found");
+    };
+    let note = text_param(&call.params, "note").unwrap_or_default().to_owned();
+    let (commands, stored) = extract_quick_actions(&note);
+    if !commands.is_empty() && stored.trim().is_empty() {
+        state.quick_actions.extend(commands.iter().map(|c| (project_id, c.clone())));
+        return Answer::json(202, json!({"commands_changes": {}, "summary": commands}));
+    }
+    if stored.trim().is_empty() {
+        return Answer::message(400, "400 Bad request - Note {:note=>[\"can't be blank\"]}");
+    }
+    if note.chars().count() > 1_000_000 {
+        return Answer::message(
+            400,
+            "400 Bad request - Note {:note=>[\"is too long (maximum is 1000000 characters)\"]}",
+        );
+    }
+    state.quick_actions.extend(commands.iter().map(|c| (project_id, c.clone())));
+    // The inline position sticks only on an added (`new`) or removed (`old`) line of this
+    // commit's own diff; for `old` the answer's line is null.
+    let path = text_param(&call.params, "path").map(str::to_owned);
+    let line = call.params.get("line").and_then(integer).and_then(|l| u32::try_from(l).ok());
+    let line_type = text_param(&call.params, "line_type").unwrap_or("new").to_owned();
+    let diff = path.as_ref().and_then(|p| project.repo.commits.get(&sha)?.files.get(p));
+    let sticks = match (diff, line) {
+        (Some(diff), Some(line)) if line_type == "new" => diff.added.contains(&line),
+        (Some(diff), Some(line)) => diff.removed.contains(&line),
+        _ => false,
+    };
+    let comment = CommentRecord {
+        sha,
+        note: stored,
+        path: path.filter(|_| sticks),
+        line: line.filter(|_| sticks && line_type == "new"),
+        line_type: sticks.then_some(line_type),
+        user,
+        created_at: now_iso(),
+    };
+    let entity = comment_entity(&comment);
+    state.projects.get_mut(&project_id).expect("exists").comments.push(comment);
+    Answer::json(201, entity)
 }

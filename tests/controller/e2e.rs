@@ -605,6 +605,9 @@ async fn e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes
         client: GitLabClient::new(ClientConfig::new(fake_gitlab.url(), gitlab::Secret::new(BOT_TOKEN))).unwrap(),
         webhook_external_url: external.clone(),
         known_hosts: sshd.known_hosts(),
+        // Commit statuses are shown with the fake GitLab's repository model in tests/gitlab and
+        // tests/cluster_tour; these fakes know no commits.
+        commit_status: None,
     };
     let mut cluster = Cluster::start_with(Some(settings), listener).await;
     cluster.put_secret(PLATFORM, WEBHOOK_SECRET, &[("token", HOOK_TOKEN)]).await;

@@ -38,6 +38,9 @@ fn settings(gitlab: &FakeGitLab, token: &str) -> GitLabSettings {
         client: GitLabClient::new(config).expect("client"),
         webhook_external_url: "https://cd.example.com".into(),
         known_hosts: KNOWN_HOSTS.into(),
+        // Commit statuses are shown with the fake GitLab's repository model in tests/gitlab and
+        // tests/cluster_tour; these fakes know no commits.
+        commit_status: None,
     }
 }
 

@@ -41,6 +41,9 @@ fn settings(gitlab: &FakeGitLab, token: &str) -> GitLabSettings {
         client: GitLabClient::new(config).expect("GitLab client"),
         webhook_external_url: "https://cd.example.com".into(),
         known_hosts: "gitlab.example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLE\n".into(),
+        // Commit statuses are shown with the fake GitLab's repository model in tests/gitlab and
+        // tests/cluster_tour; these fakes know no commits.
+        commit_status: None,
     }
 }
 

@@ -1,6 +1,8 @@
 //! The GitLab syncer against a stateful fake GitLab on 127.0.0.1 (`tests/common/fake_gitlab.rs`,
 //! faithful to the GitLab contract): the client's paging, waits, retries and errors; sync and
-//! removal scenarios; key rotation; the fake's own fidelity; and `cdtarget gitlab-sync`.
+//! removal scenarios; key rotation; commit statuses and refusal comments; the fake's own
+//! fidelity (its repository model, pipelines and status records included); and
+//! `cdtarget gitlab-sync`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -8,6 +10,8 @@ mod common;
 mod cli;
 mod client;
 mod fake;
+mod fake_statuses;
+mod statuses;
 mod sync;
 
 use std::sync::{Arc, Mutex};

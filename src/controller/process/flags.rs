@@ -122,6 +122,18 @@ pub struct Args {
     /// at this URL + `/hook/<digest>`.
     #[arg(long, env = "CDTARGET_WEBHOOK_EXTERNAL_URL", value_name = "URL")]
     pub webhook_external_url: Option<String>,
+    /// Post a commit status (`pending`, then `success` or `failed`) on every revision evaluated
+    /// for a registration with `spec.gitlab`, and one comment on a refused revision.
+    #[arg(long, env = "CDTARGET_GITLAB_COMMIT_STATUS", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub gitlab_commit_status: bool,
+    /// The commit status name; placeholders `{namespace}`, `{name}` (the registration),
+    /// `{targetNamespace}`, `{revision}`, `{shortRevision}`.
+    #[arg(long, env = "CDTARGET_GITLAB_STATUS_NAME", default_value = gitlab::feedback::DEFAULT_STATUS_NAME, value_name = "TEMPLATE")]
+    pub gitlab_status_name: String,
+    /// The commit status link, e.g. `https://dash.example.com/{targetNamespace}?rev={revision}`
+    /// (same placeholders, values URL-encoded); http(s), at most 255 characters once expanded.
+    #[arg(long, env = "CDTARGET_GITLAB_STATUS_TARGET_URL", value_name = "TEMPLATE")]
+    pub gitlab_status_target_url: Option<String>,
 }
 
 /// A positive Go-style duration (`10m`, `90s`, `1h30m`), as `spec.interval` is written.
@@ -163,7 +175,11 @@ pub fn gitlab_settings(args: &Args) -> Result<Option<gitlab::Settings>, String> 
     }
     let client =
         gitlab::GitLabClient::new(gitlab::ClientConfig::new(url, token)).map_err(|e| format!("--gitlab-url: {e}"))?;
-    Ok(Some(gitlab::Settings { client, webhook_external_url: external.trim().to_owned(), known_hosts }))
+    let commit_status = match args.gitlab_commit_status {
+        true => Some(gitlab::StatusSettings::new(&args.gitlab_status_name, args.gitlab_status_target_url.as_deref())?),
+        false => None,
+    };
+    Ok(Some(gitlab::Settings { client, webhook_external_url: external.trim().to_owned(), known_hosts, commit_status }))
 }
 
 /// The receiver's limits from the flags (the rest are the defaults).
@@ -254,6 +270,20 @@ mod tests {
         let settings = gitlab_settings(&full("https://cd.example.com/")).unwrap().unwrap();
         assert_eq!(settings.webhook_external_url, "https://cd.example.com/");
         assert!(settings.known_hosts.starts_with("gitlab.example.com"));
+        let statuses = settings.commit_status.expect("commit statuses are on by default");
+        assert_eq!((statuses.name.as_str(), statuses.target_url), (gitlab::feedback::DEFAULT_STATUS_NAME, None));
+        let with = |extra: &[&str]| {
+            let mut args = full("https://cd.example.com");
+            let parsed = parse(extra);
+            (args.gitlab_commit_status, args.gitlab_status_name, args.gitlab_status_target_url) =
+                (parsed.gitlab_commit_status, parsed.gitlab_status_name, parsed.gitlab_status_target_url);
+            gitlab_settings(&args)
+        };
+        assert!(with(&["--gitlab-commit-status=false"]).unwrap().unwrap().commit_status.is_none());
+        let error = with(&["--gitlab-status-target-url", "ftp://x/{revision}"]).unwrap_err();
+        assert!(error.contains("--gitlab-status-target-url"), "{error}");
+        let error = with(&["--gitlab-status-name", "cd/{branch}"]).unwrap_err();
+        assert!(error.contains("unknown placeholder"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

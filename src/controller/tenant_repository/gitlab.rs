@@ -553,6 +553,7 @@ mod tests {
                 project_path: Some("team-a/app".into()),
                 deploy_key_id: Some(7),
                 hook_id: Some(9),
+                ..GitLabStatus::default()
             }),
             ..Default::default()
         });

@@ -11,6 +11,7 @@
 //! inventory are recorded in it before they are applied ([`Plan::intent`]), so an apply cut
 //! short by a crash or a lost Lease leaves nothing a later prune cannot see.
 
+pub mod commit_status;
 pub mod execute;
 pub mod gitlab;
 pub mod observe;
@@ -285,6 +286,10 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
             .map_err(Error::Status)?;
     }
 
+    // GitLab shows `pending` on the revision before it is applied (a failure only shows in
+    // `CommitStatusPosted`).
+    let feedback = commit_status::before_apply(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
+
     let (plan, executed) = execute::apply_and_prune(&ctx.writer, &repo, plan).await;
     // The tenant's client could not even be built: nothing was sent, nothing is reported.
     if let Some(WriteError::Impersonate { .. }) = &executed.failure {
@@ -296,8 +301,12 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         Ok(()) => gitlab_step::sync(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await,
         Err(e) => Err(e),
     };
-    let plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
-    let status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
+    let mut plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
+    let feedback = commit_status::after_apply(feedback, &repo, ctx.gitlab.as_ref(), &plan).await;
+    plan.requeue = feedback.requeue(plan.requeue);
+    let now = Time(Timestamp::now());
+    let mut status = next_status(&repo, &plan, webhook, &now);
+    feedback.record(&mut status, repo.metadata.generation, &now);
     let report = ApplyReport {
         registration: format!("{namespace}/{name}"),
         applied: executed.applied,

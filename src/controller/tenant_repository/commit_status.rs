@@ -1,0 +1,317 @@
+//! The commit status step of the TenantRepository reconciler (`docs/gitlab.md`, "Commit
+//! statuses and comments"): for a registration with `spec.gitlab`, `pending` on the fetched
+//! revision before the apply, then `success` or `failed` (and one comment listing every problem
+//! of a refused revision) after it, remembered in `status.gitlab` so that evaluating the same
+//! revision again sends nothing.
+//!
+//! The decisions are plain functions ([`target_of`], [`outcome_of`], [`condition_of`]) and
+//! [`crate::gitlab::feedback`]'s; GitLab being down or refusing never blocks or undoes the
+//! apply: it ends in the `CommitStatusPosted` condition and is tried again next reconcile.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::TRANSIENT_RETRY;
+use super::plan::Plan;
+use crate::api::tenant_repository::{GitLabStatus, TenantRepository, TenantRepositoryStatus};
+use crate::controller::conditions::{self, Health, Verdict};
+use crate::error::{Class, Classify};
+use crate::gitlab::feedback::{self, Outcome, Remembered, Step, Target, Vars};
+use crate::gitlab::{self, GitLabError};
+
+/// Condition: the commit status of the revision evaluated last is on GitLab.
+pub const CONDITION_TYPE: &str = "CommitStatusPosted";
+/// `CommitStatusPosted=True`.
+pub const REASON_POSTED: &str = "Posted";
+
+/// What the step did in one reconcile, for the one status write.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Feedback {
+    /// `false`: the registration has no `spec.gitlab` or statuses are off (the condition goes).
+    pub active: bool,
+    /// The project's id, once known.
+    pub project: Option<gitlab::ProjectRef>,
+    /// Where statuses go for the revision evaluated; `None` when no revision was fetched.
+    pub target: Option<Target>,
+    /// What is remembered after this reconcile.
+    pub remembered: Remembered,
+    /// `CommitStatusPosted`; `None` leaves it as it is (nothing was evaluated).
+    pub verdict: Option<Verdict>,
+    /// Come back sooner (a transient failure).
+    pub requeue: Option<Duration>,
+    /// Writing requests sent to GitLab.
+    pub writes: usize,
+}
+
+/// The branch or tag statuses are posted for: the registration's own (`main` by default);
+/// `None` for a registration pinned to a commit (GitLab then picks a branch holding it).
+pub fn ref_of(repo: &TenantRepository) -> Option<String> {
+    let git_ref = repo.spec.git_ref.clone().unwrap_or_default();
+    match (git_ref.branch, git_ref.tag, git_ref.commit) {
+        (_, Some(tag), _) => Some(tag),
+        (Some(branch), None, _) => Some(branch),
+        (None, None, Some(_)) => None,
+        (None, None, None) => Some("main".to_owned()),
+    }
+}
+
+/// Where the status of `revision` of `repo` goes, named and linked as `settings` say.
+pub fn target_of(
+    repo: &TenantRepository,
+    namespace: &str,
+    settings: &gitlab::StatusSettings,
+    revision: &str,
+) -> Target {
+    let name = repo.name_any();
+    let vars = Vars { namespace, name: &name, target_namespace: &repo.spec.target_namespace, revision };
+    Target::new(settings, vars, ref_of(repo))
+}
+
+/// What the executed plan concluded about its revision: `None` while it is not judged (nothing
+/// fetched, suspended, or a failure that is retried, so the status stays `pending`).
+pub fn outcome_of(plan: &Plan) -> Option<Outcome> {
+    plan.fetched_revision.as_ref()?;
+    let health = plan.health.as_ref()?;
+    if !plan.problems.is_empty() {
+        return Some(Outcome::Refused(plan.problems.clone()));
+    }
+    let applied = plan.applied.as_ref()?;
+    match (applied.ok, health) {
+        (true, _) => Some(Outcome::Applied(applied.message.clone())),
+        (false, Health::Stalled { .. }) => Some(Outcome::Failed(applied.message.clone())),
+        (false, _) => None,
+    }
+}
+
+/// `CommitStatusPosted` and the requeue after posting (`posted`) or failing to.
+pub fn condition_of(posted: &feedback::Posted) -> (Verdict, Option<Duration>) {
+    match &posted.error {
+        None => {
+            let mut message = posted.to_string();
+            for note in &posted.notes {
+                message.push_str("; ");
+                message.push_str(note);
+            }
+            (Verdict::new(true, REASON_POSTED, message), None)
+        }
+        Some(error) => (failed_verdict(error), requeue_of(error)),
+    }
+}
+
+fn failed_verdict(error: &GitLabError) -> Verdict {
+    Verdict::new(
+        false,
+        gitlab::condition_reason(error),
+        format!("{error}; the apply is not affected, the status is posted again next reconcile"),
+    )
+}
+
+fn requeue_of(error: &GitLabError) -> Option<Duration> {
+    (error.class() == Class::Transient).then(|| error.retry_after.unwrap_or(TRANSIENT_RETRY).max(TRANSIENT_RETRY))
+}
+
+fn remembered_of(repo: &TenantRepository) -> Remembered {
+    let status = repo.status.as_ref().and_then(|s| s.gitlab.as_ref());
+    Remembered {
+        commit_status: status.and_then(|s| s.commit_status.clone()),
+        commented_sha: status.and_then(|s| s.commented_sha.clone()),
+    }
+}
+
+/// Before the apply: resolves the project and posts `pending` on a revision not reported yet.
+#[tracing::instrument(name = "commit_status", skip_all)]
+pub async fn before_apply(
+    repo: &TenantRepository,
+    namespace: &str,
+    settings: Option<&gitlab::Settings>,
+    plan: &Plan,
+) -> Feedback {
+    let remembered = remembered_of(repo);
+    let (Some(settings), Some(statuses)) = (settings, settings.and_then(|s| s.commit_status.as_ref())) else {
+        return Feedback { remembered, ..Feedback::default() };
+    };
+    if !super::gitlab::syncs(repo) {
+        return Feedback { remembered, ..Feedback::default() };
+    }
+    let mut step = Feedback { active: true, remembered, ..Feedback::default() };
+    let Some(revision) = plan.fetched_revision.as_deref().filter(|_| outcome_relevant(plan)) else { return step };
+    let target = target_of(repo, namespace, statuses, revision);
+    step.target = Some(target.clone());
+    let Some(pending) = feedback::pending(&step.remembered, &target) else { return step };
+    let project = match gitlab::project_of(repo) {
+        Ok(project) => project,
+        Err(error) => return step.failed(&error),
+    };
+    let id = match gitlab::resolve_project(&settings.client, &project).await {
+        Ok(id) => id,
+        Err(error) => return step.failed(&error),
+    };
+    step.project = Some(gitlab::ProjectRef { id: Some(id), ..project });
+    step.run(&settings.client, id, &[pending]).await;
+    step
+}
+
+/// Whether the plan evaluated its revision at all (suspended registrations report nothing).
+fn outcome_relevant(plan: &Plan) -> bool {
+    plan.health.is_some()
+}
+
+/// After the apply: posts the verdict (and the refusal comment) unless already posted.
+#[tracing::instrument(name = "commit_status", skip_all)]
+pub async fn after_apply(
+    mut step: Feedback,
+    repo: &TenantRepository,
+    settings: Option<&gitlab::Settings>,
+    plan: &Plan,
+) -> Feedback {
+    let (Some(settings), Some(target)) = (settings, step.target.clone()) else { return step };
+    if step.verdict.as_ref().is_some_and(|v| !v.ok) {
+        // `pending` failed: the verdict waits for the next reconcile, which tries both again.
+        return step;
+    }
+    let Some(outcome) = outcome_of(plan) else { return step };
+    let steps = feedback::verdict(&step.remembered, &target, &outcome);
+    if steps.is_empty() {
+        return step;
+    }
+    let id = match &step.project {
+        Some(gitlab::ProjectRef { id: Some(id), .. }) => *id,
+        _ => {
+            let project = match gitlab::project_of(repo) {
+                Ok(project) => project,
+                Err(error) => return step.failed(&error),
+            };
+            match gitlab::resolve_project(&settings.client, &project).await {
+                Ok(id) => {
+                    step.project = Some(gitlab::ProjectRef { id: Some(id), ..project });
+                    id
+                }
+                Err(error) => return step.failed(&error),
+            }
+        }
+    };
+    step.run(&settings.client, id, &steps).await;
+    step
+}
+
+impl Feedback {
+    fn failed(mut self, error: &GitLabError) -> Feedback {
+        self.verdict = Some(failed_verdict(error));
+        self.requeue = requeue_of(error);
+        self
+    }
+
+    async fn run(&mut self, client: &gitlab::GitLabClient, project_id: i64, steps: &[Step]) {
+        let posted = feedback::post(client, project_id, &self.remembered, steps).await;
+        if let Some(error) = &posted.error {
+            tracing::info!(error = %error, steps = ?feedback::summary(steps), "commit status not posted");
+        }
+        let (verdict, requeue) = condition_of(&posted);
+        self.writes += posted.writes;
+        self.remembered = posted.remembered;
+        self.verdict = Some(verdict);
+        self.requeue = requeue;
+    }
+
+    /// Writes what the step did into `status` (after [`super::next_status`]): what is
+    /// remembered in `status.gitlab` and the `CommitStatusPosted` condition; without the step
+    /// (no `spec.gitlab`, statuses off) the condition goes.
+    pub fn record(&self, status: &mut TenantRepositoryStatus, generation: Option<i64>, now: &Time) {
+        if !self.active {
+            conditions::remove(&mut status.conditions, CONDITION_TYPE);
+            return;
+        }
+        let gitlab = status.gitlab.get_or_insert_with(GitLabStatus::default);
+        gitlab.commit_status = self.remembered.commit_status.clone();
+        gitlab.commented_sha = self.remembered.commented_sha.clone();
+        if gitlab.project_id.is_none()
+            && let Some(gitlab::ProjectRef { path, id: Some(id) }) = &self.project
+        {
+            gitlab.project_id = Some(*id);
+            gitlab.project_path = Some(path.clone());
+        }
+        if let Some(v) = &self.verdict {
+            conditions::set(&mut status.conditions, CONDITION_TYPE, v.ok, &v.reason, &v.message, generation, now);
+        }
+    }
+
+    /// The plan's requeue, brought forward when posting failed for a passing reason.
+    pub fn requeue(&self, planned: Option<Duration>) -> Option<Duration> {
+        match (planned, self.requeue) {
+            (Some(planned), Some(sooner)) => Some(planned.min(sooner)),
+            (None, Some(sooner)) => Some(sooner),
+            (planned, None) => planned,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::tenant_repository::GitLabSpec;
+    use crate::problem::Problem;
+
+    fn plan(revision: Option<&str>, health: Option<Health>, applied: Option<Verdict>, problems: Vec<Problem>) -> Plan {
+        Plan {
+            health,
+            source_ready: None,
+            applied,
+            apply: None,
+            only_drifted: false,
+            prune: Vec::new(),
+            intent: None,
+            fetched_revision: revision.map(str::to_owned),
+            record: None,
+            requeue: None,
+            gitlab: None,
+            problems,
+        }
+    }
+
+    fn ready() -> Option<Health> {
+        Some(Health::Ready { reason: "Succeeded".into(), message: "ok".into() })
+    }
+
+    #[test]
+    fn outcomes_follow_the_plan_and_retried_failures_stay_pending() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let applied = Some(Verdict::new(true, "Succeeded", "applied 2 objects"));
+        assert_eq!(
+            outcome_of(&plan(Some(sha), ready(), applied.clone(), vec![])),
+            Some(Outcome::Applied("applied 2 objects".into()))
+        );
+        assert_eq!(outcome_of(&plan(None, ready(), applied, vec![])), None, "nothing fetched");
+        let problem = Problem::field("kind", "Secret is not allowed").located("a.yaml", Some(1), Some(1));
+        let stalled = Some(Health::Stalled { reason: "ValidationFailed".into(), message: "m".into() });
+        let refused = Some(Verdict::new(false, "ValidationFailed", "m"));
+        assert_eq!(
+            outcome_of(&plan(Some(sha), stalled.clone(), refused.clone(), vec![problem.clone()])),
+            Some(Outcome::Refused(vec![problem]))
+        );
+        assert_eq!(outcome_of(&plan(Some(sha), stalled, refused.clone(), vec![])), Some(Outcome::Failed("m".into())));
+        let retried = Some(Health::Progressing { reason: "ApplyFailed".into(), message: "m".into() });
+        assert_eq!(outcome_of(&plan(Some(sha), retried, refused, vec![])), None, "a retried failure is no verdict");
+    }
+
+    #[test]
+    fn statuses_follow_the_branch_or_tag_of_the_registration() {
+        let repo = TenantRepository::test().with_gitlab(GitLabSpec::test());
+        assert_eq!(ref_of(&repo.clone().with_branch("release")).as_deref(), Some("release"));
+        assert_eq!(ref_of(&repo.clone().with_tag("v1")).as_deref(), Some("v1"));
+        assert_eq!(ref_of(&repo), Some("main".to_owned()), "the default branch of a registration");
+    }
+
+    #[test]
+    fn a_transient_failure_comes_back_sooner_and_a_refusal_waits() {
+        let down = GitLabError::new(gitlab::ErrorKind::Unavailable, "502");
+        let posted = feedback::Posted { error: Some(down), ..feedback::Posted::default() };
+        let (verdict, requeue) = condition_of(&posted);
+        assert_eq!((verdict.ok, verdict.reason.as_str(), requeue), (false, "GitLabUnavailable", Some(TRANSIENT_RETRY)));
+        assert!(verdict.message.contains("the apply is not affected"), "{}", verdict.message);
+        let forbidden = GitLabError::new(gitlab::ErrorKind::StatusForbidden, "403");
+        let (verdict, requeue) = condition_of(&feedback::Posted { error: Some(forbidden), ..Default::default() });
+        assert_eq!((verdict.reason.as_str(), requeue), ("GitLabStatusForbidden", None));
+    }
+}
