@@ -216,7 +216,11 @@ pub async fn onboard_gitlab(
     let tenant = Tenant::onboard_with(cluster, files, &extra);
     fake_gitlab().back_with_git(project, tenant.repo.bare_path());
     tenant.patch_registration(r#"{"spec":{"suspend":false}}"#);
-    tenant.registration_until("GitLabSynced=True with the finalizer", gitlab_synced, &controller.log).await;
+    // `status.webhookPath` is written by the first reconcile that is not suspended.
+    let resumed = |r: Option<&TenantRepository>| {
+        gitlab_synced(r) && r.and_then(|r| r.status.as_ref()).is_some_and(|s| s.webhook_path.is_some())
+    };
+    tenant.registration_until("GitLabSynced=True with the finalizer, resumed", resumed, &controller.log).await;
     GitLabTenant { tenant, project, webhook, key_secret }
 }
 

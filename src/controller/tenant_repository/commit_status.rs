@@ -70,12 +70,29 @@ pub fn target_of(
 }
 
 /// What the executed plan concluded about its revision: `None` while it is not judged (nothing
-/// fetched, suspended, or a failure that is retried, so the status stays `pending`).
-pub fn outcome_of(plan: &Plan) -> Option<Outcome> {
+/// fetched, suspended, or a failure that is retried, so the status stays `pending`). Problems
+/// are located from the repository root (`spec.path` + the file), as the tenant sees them on
+/// GitLab.
+pub fn outcome_of(repo: &TenantRepository, plan: &Plan) -> Option<Outcome> {
     plan.fetched_revision.as_ref()?;
     let health = plan.health.as_ref()?;
     if !plan.problems.is_empty() {
-        return Some(Outcome::Refused(plan.problems.clone()));
+        let base = repo.spec.path.as_deref().unwrap_or_default().trim_start_matches("./").trim_matches('/');
+        let problems = plan
+            .problems
+            .iter()
+            .cloned()
+            .map(|mut problem| {
+                if let Some(file) = problem.file.as_mut()
+                    && !base.is_empty()
+                    && base != "."
+                {
+                    *file = format!("{base}/{}", file.trim_start_matches("./"));
+                }
+                problem
+            })
+            .collect();
+        return Some(Outcome::Refused(problems));
     }
     let applied = plan.applied.as_ref()?;
     match (applied.ok, health) {
@@ -171,7 +188,7 @@ pub async fn after_apply(
         // `pending` failed: the verdict waits for the next reconcile, which tries both again.
         return step;
     }
-    let Some(outcome) = outcome_of(plan) else { return step };
+    let Some(outcome) = outcome_of(repo, plan) else { return step };
     let steps = feedback::verdict(&step.remembered, &target, &outcome);
     if steps.is_empty() {
         return step;
@@ -277,22 +294,38 @@ mod tests {
     #[test]
     fn outcomes_follow_the_plan_and_retried_failures_stay_pending() {
         let sha = "0123456789abcdef0123456789abcdef01234567";
+        let repo = TenantRepository::test();
         let applied = Some(Verdict::new(true, "Succeeded", "applied 2 objects"));
         assert_eq!(
-            outcome_of(&plan(Some(sha), ready(), applied.clone(), vec![])),
+            outcome_of(&repo, &plan(Some(sha), ready(), applied.clone(), vec![])),
             Some(Outcome::Applied("applied 2 objects".into()))
         );
-        assert_eq!(outcome_of(&plan(None, ready(), applied, vec![])), None, "nothing fetched");
+        assert_eq!(outcome_of(&repo, &plan(None, ready(), applied, vec![])), None, "nothing fetched");
         let problem = Problem::field("kind", "Secret is not allowed").located("a.yaml", Some(1), Some(1));
         let stalled = Some(Health::Stalled { reason: "ValidationFailed".into(), message: "m".into() });
         let refused = Some(Verdict::new(false, "ValidationFailed", "m"));
         assert_eq!(
-            outcome_of(&plan(Some(sha), stalled.clone(), refused.clone(), vec![problem.clone()])),
-            Some(Outcome::Refused(vec![problem]))
+            outcome_of(&repo, &plan(Some(sha), stalled.clone(), refused.clone(), vec![problem.clone()])),
+            Some(Outcome::Refused(vec![problem.clone()]))
         );
-        assert_eq!(outcome_of(&plan(Some(sha), stalled, refused.clone(), vec![])), Some(Outcome::Failed("m".into())));
+        let mut under = repo.clone();
+        under.spec.path = Some("./deploy/".into());
+        let Some(Outcome::Refused(located)) =
+            outcome_of(&under, &plan(Some(sha), stalled.clone(), refused.clone(), vec![problem]))
+        else {
+            panic!("refused")
+        };
+        assert_eq!(located[0].file.as_deref(), Some("deploy/a.yaml"), "from the repository root");
+        assert_eq!(
+            outcome_of(&repo, &plan(Some(sha), stalled, refused.clone(), vec![])),
+            Some(Outcome::Failed("m".into()))
+        );
         let retried = Some(Health::Progressing { reason: "ApplyFailed".into(), message: "m".into() });
-        assert_eq!(outcome_of(&plan(Some(sha), retried, refused, vec![])), None, "a retried failure is no verdict");
+        assert_eq!(
+            outcome_of(&repo, &plan(Some(sha), retried, refused, vec![])),
+            None,
+            "a retried failure is no verdict"
+        );
     }
 
     #[test]
