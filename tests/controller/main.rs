@@ -6,6 +6,7 @@ mod common;
 
 mod borrowing;
 mod cdtarget;
+mod commit_status;
 mod discovery;
 mod e2e;
 mod gitlab;

@@ -128,11 +128,11 @@ pub struct Args {
     pub gitlab_commit_status: bool,
     /// The commit status name; placeholders `{namespace}`, `{name}` (the registration),
     /// `{targetNamespace}`, `{revision}`, `{shortRevision}`.
-    #[arg(long, env = "CDTARGET_GITLAB_STATUS_NAME", default_value = gitlab::feedback::DEFAULT_STATUS_NAME, value_name = "TEMPLATE")]
+    #[arg(long, env = "CDTARGET_GITLAB_STATUS_NAME", default_value = gitlab::feedback::DEFAULT_STATUS_NAME, value_name = "NAME")]
     pub gitlab_status_name: String,
     /// The commit status link, e.g. `https://dash.example.com/{targetNamespace}?rev={revision}`
     /// (same placeholders, values URL-encoded); http(s), at most 255 characters once expanded.
-    #[arg(long, env = "CDTARGET_GITLAB_STATUS_TARGET_URL", value_name = "TEMPLATE")]
+    #[arg(long, env = "CDTARGET_GITLAB_STATUS_TARGET_URL", value_name = "URL")]
     pub gitlab_status_target_url: Option<String>,
 }
 
