@@ -261,3 +261,18 @@ async fn statuses_are_read_back_by_full_sha_only() {
     };
     assert_eq!(client.set_commit_status(project, &params).await.unwrap_err().kind, ErrorKind::InvalidConfig);
 }
+
+#[tokio::test]
+async fn url_credentials_and_tokens_never_reach_gitlab() {
+    let (fake, project, sha) = setup();
+    let client = client(&fake, &TestClock::default());
+    let leaky = "fetching https://bot:glpat-leaked-token@git.example.com/team-a/app.git failed";
+    let first = evaluate(&client, project, &Remembered::default(), &sha, &Outcome::Failed(leaky.into())).await;
+    let problem = Problem::field("spec.config.url", leaky).located("deploy/a.yaml", Some(1), Some(1));
+    let second = fake.commit(project, "main", &[("deploy/a.yaml", &[1], &[1])]);
+    evaluate(&client, project, &first, &second, &Outcome::Refused(vec![problem])).await;
+    let state = fake.state_document().to_string();
+    assert!(!state.contains("glpat-leaked-token"), "a credential reached GitLab: {state}");
+    assert!(state.contains("https://***@git.example.com"), "redacted, not dropped: {state}");
+    assert!(!state.contains(BOT_TOKEN));
+}
