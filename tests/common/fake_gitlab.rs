@@ -1337,7 +1337,9 @@ fn route_call(state: &mut StateData, base_url: &str, call: &Call, user: u64, res
             }),
         );
     }
-    refresh_repository(state, project_id);
+    if matches!(rest.get(2), Some(&"statuses" | &"repository")) {
+        refresh_repository(state, project_id);
+    }
     match rest {
         ["projects", _, "statuses", sha] if *method == Method::POST => {
             return set_status(state, call, project_id, user, role, sha);
