@@ -412,7 +412,7 @@ async fn the_chart_installed_with_helm_runs_the_controller_upgrades_and_uninstal
     // the chart with changed values, which change the Deployment.
     let crds =
         cluster.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", "charts/cdtarget/crds/"]).success();
-    assert_eq!(crds.matches("serverside-applied").count(), 2, "{crds}");
+    assert_eq!(crds.matches("serverside-applied").count(), 3, "{crds}");
     let generation = deployment.metadata.generation.expect("a generation");
     let upgraded = run(&["upgrade", RELEASE, CHART, "-f", values, "--set", "controller.logLevel=debug,replicaCount=2"]);
     assert!(upgraded.contains("REVISION: 2"), "{upgraded}");
