@@ -14,6 +14,7 @@ pub mod lease;
 pub mod registrations;
 pub mod shutdown;
 pub mod vanished;
+pub mod sync_statuses;
 pub mod watches;
 
 use std::process::ExitCode;

@@ -12,6 +12,7 @@
 //! short by a crash or a lost Lease leaves nothing a later prune cannot see.
 
 pub mod execute;
+pub mod feedback;
 pub mod gitlab;
 pub mod observe;
 pub mod plan;
@@ -91,6 +92,10 @@ pub struct Context {
     pub gitlab: Option<crate::gitlab::Settings>,
     /// Told the readiness of every status written, for `cdtarget_object_ready`.
     pub readiness: Option<crate::telemetry::ReadinessObserver>,
+    /// The watch of SyncStatuses: with it, every reconcile keeps the registration's SyncStatus
+    /// in the tenant namespace and records the tenant's Warning Events ([`feedback`]); without
+    /// it (tests that do not look at them), neither.
+    pub feedback: Option<feedback::Feedback>,
 }
 
 /// What one reconcile did to the cluster.
@@ -124,7 +129,14 @@ impl Context {
             observer: None,
             gitlab: None,
             readiness: None,
+            feedback: None,
         }
+    }
+
+    /// Keeps every registration's SyncStatus, read from `feedback`'s watch.
+    pub fn with_feedback(mut self, feedback: feedback::Feedback) -> Self {
+        self.feedback = Some(feedback);
+        self
     }
 
     /// Tells `observer` the readiness of every status written.
@@ -297,7 +309,30 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         Err(e) => Err(e),
     };
     let plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
-    let status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
+    let now = Time(Timestamp::now());
+    let mut status = next_status(&repo, &plan, webhook, &now);
+    // The tenant's SyncStatus and Events: after the apply, whatever its outcome; a failed write
+    // is reported in the registration's conditions and retried, never undoes anything.
+    let mut feedback_failed = false;
+    if let Some(feedback) = &ctx.feedback {
+        let inputs = feedback::Inputs {
+            repo: &repo,
+            platform_namespace: &namespace,
+            status: &status,
+            plan: &plan,
+            executed: &executed,
+            previous: None,
+            now: &now,
+        };
+        let outcome = feedback::report(feedback, &ctx.writer, ctx.recorder.as_ref(), inputs)
+            .instrument(tracing::info_span!("feedback"))
+            .await;
+        if let Err(error) = &outcome {
+            tracing::warn!(%error, "writing the SyncStatus failed; retried");
+            feedback_failed = true;
+        }
+        feedback::record_outcome(&mut status, &outcome, &now);
+    }
     let report = ApplyReport {
         registration: format!("{namespace}/{name}"),
         applied: executed.applied,
@@ -327,7 +362,8 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         return Err(Error::Apply(e));
     }
     tracing::debug!(applied = report.applied, pruned = report.pruned, "reconciled");
-    Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
+    let requeue = if feedback_failed { Some(plan.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY))) } else { plan.requeue };
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
 /// Up to a tenth of the interval, varying between reconciles.
