@@ -307,3 +307,233 @@ fn named(entries: &[InventoryEntry]) -> String {
 fn seconds(now: &Time) -> String {
     now.0.round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_else(|_| now.0.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::controller::conditions::Health;
+    use crate::controller::tenant_repository::status::next_status;
+    use crate::controller::tenant_repository::{REASON_SUCCEEDED, Record};
+    use crate::controller::conditions::Verdict;
+
+    const PLATFORM: &str = "cdtarget-system";
+
+    fn at(seconds: i64) -> Time {
+        Time(Timestamp::from_second(seconds).unwrap())
+    }
+
+    fn entry(kind: &str, name: &str) -> InventoryEntry {
+        InventoryEntry::test("v1", kind, name)
+    }
+
+    /// The plan of a revision applied in full (`problems` empty) or refused by validation.
+    fn plan_of(revision: &str, problems: Vec<Problem>) -> Plan {
+        let ok = problems.is_empty();
+        let (reason, message) = if ok {
+            (REASON_SUCCEEDED, format!("applied 1 objects of revision {revision}"))
+        } else {
+            let listed = problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            (REASON_VALIDATION_FAILED, format!("revision {revision} was not applied: {listed}"))
+        };
+        Plan {
+            health: Some(if ok {
+                Health::Ready { reason: reason.into(), message: message.clone() }
+            } else {
+                Health::Stalled { reason: reason.into(), message: message.clone() }
+            }),
+            source_ready: Some(Verdict::new(true, REASON_SUCCEEDED, format!("fetched revision {revision}"))),
+            applied: Some(Verdict::new(ok, reason, message)),
+            apply: None,
+            only_drifted: false,
+            prune: Vec::new(),
+            intent: None,
+            fetched_revision: Some(revision.into()),
+            record: ok.then(|| Record {
+                revision: revision.into(),
+                digest: "d".into(),
+                inventory: vec![entry("ConfigMap", "settings")],
+            }),
+            requeue: None,
+            gitlab: None,
+            problems,
+        }
+    }
+
+    /// One reconcile of `repo`: the SyncStatus it calls for after `previous`, and the
+    /// registration as it is afterwards (its status written).
+    fn reconcile(
+        repo: &TenantRepository,
+        plan: &Plan,
+        executed: &Executed,
+        previous: Option<&SyncStatus>,
+        now: i64,
+    ) -> (SyncStatus, TenantRepository) {
+        let status = next_status(repo, plan, None, &at(now));
+        let inputs =
+            Inputs { repo, platform_namespace: PLATFORM, status: &status, plan, executed, previous, now: &at(now) };
+        let next = sync_status(&inputs);
+        let mut repo = repo.clone();
+        repo.status = Some(status);
+        (next, repo)
+    }
+
+    /// `object` as a watch reads it back (through JSON).
+    fn read_back(object: &SyncStatus) -> SyncStatus {
+        serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
+    }
+
+    fn applied(names: &[&str]) -> Executed {
+        Executed { applied_objects: names.iter().map(|n| entry("ConfigMap", n)).collect(), ..Executed::default() }
+    }
+
+    fn problems(n: usize) -> Vec<Problem> {
+        (0..n)
+            .map(|i| Problem::field(format!("spec.ip[{i}]"), "not an IP address").located("deploy/agents.yaml", Some(1), Some(3)))
+            .collect()
+    }
+
+    #[test]
+    fn a_good_push_reports_revision_conditions_and_what_was_applied_in_the_target_namespace() {
+        let repo = TenantRepository::test().with_branch("main").with_path("deploy");
+        let (next, _) = reconcile(&repo, &plan_of("abc123", vec![]), &applied(&["settings"]), None, 100);
+        assert_eq!(next.namespace().as_deref(), Some(repo.spec.target_namespace.as_str()));
+        assert_eq!(next.name_any(), repo.name_any());
+        assert_eq!(next.labels().get(labels::MANAGED_BY).map(String::as_str), Some("cdtarget"));
+        assert_eq!(next.spec.registration, RegistrationReference { namespace: PLATFORM.into(), name: repo.name_any() });
+        assert_eq!((next.spec.git_ref.as_deref(), next.spec.path.as_deref()), (Some("branch main"), Some("deploy")));
+        let status = next.status.clone().unwrap();
+        assert_eq!(status.last_applied_revision.as_deref(), Some("abc123"));
+        assert!(status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let sync = status.last_sync.unwrap();
+        assert_eq!((sync.time.as_str(), sync.revision.as_deref()), ("1970-01-01T00:01:40Z", Some("abc123")));
+        assert_eq!(sync.applied, [entry("ConfigMap", "settings")]);
+        assert!(status.problems.is_empty());
+        // The first write sends the object and its status.
+        assert!(matches!(changes(None, &next), Some(Write::SyncStatus { object: Some(_), status: Some(_), .. })));
+    }
+
+    #[test]
+    fn an_unchanged_cycle_writes_nothing_and_keeps_what_the_last_change_did() {
+        let repo = TenantRepository::test();
+        let (first, repo) = reconcile(&repo, &plan_of("abc123", vec![]), &applied(&["settings"]), None, 100);
+        let watched = read_back(&first);
+        // The next poll: same revision, nothing drifted, nothing sent.
+        let (again, repo) = reconcile(&repo, &plan_of("abc123", vec![]), &Executed::default(), Some(&watched), 400);
+        assert_eq!(changes(Some(&watched), &again), None, "{again:#?}");
+        assert_eq!(again.status.as_ref().unwrap().last_sync, first.status.as_ref().unwrap().last_sync);
+        // A status change alone sends the status alone.
+        let (refused, _) = reconcile(&repo, &plan_of("def456", problems(1)), &Executed::default(), Some(&watched), 700);
+        assert!(matches!(changes(Some(&watched), &refused), Some(Write::SyncStatus { object: None, status: Some(_), .. })));
+    }
+
+    #[test]
+    fn a_refused_revision_lists_every_located_problem_and_warns_once_per_refusal() {
+        let repo = TenantRepository::test();
+        let (good, repo) = reconcile(&repo, &plan_of("abc123", vec![]), &applied(&["settings"]), None, 100);
+        let good = read_back(&good);
+        let (refused, repo) = reconcile(&repo, &plan_of("def456", problems(5)), &Executed::default(), Some(&good), 200);
+        let status = refused.status.clone().unwrap();
+        assert_eq!(status.problems.len(), 5);
+        assert_eq!(
+            status.problems[4],
+            LocatedProblem {
+                file: Some("deploy/agents.yaml".into()),
+                document: Some(1),
+                line: Some(3),
+                field: "spec.ip[4]".into(),
+                message: "not an IP address".into()
+            }
+        );
+        // What ran before is still what was applied last.
+        assert_eq!(status.last_applied_revision.as_deref(), Some("abc123"));
+        assert!(status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "False"));
+        let notices = notices(Some(&good), &refused, &Executed::default());
+        assert_eq!(notices.len(), 1, "{notices:#?}");
+        assert!(notices[0].warning && notices[0].reason == REASON_VALIDATION_FAILED);
+        let note = &notices[0].note;
+        assert!(note.contains("revision def456 was refused") && note.contains("(5 problems)"), "{note}");
+        assert!(note.contains("deploy/agents.yaml:1: spec.ip[0]: not an IP address") && note.contains("and 2 more"), "{note}");
+        // The next poll of the same refused revision: no Event, no write.
+        let watched = read_back(&refused);
+        let (again, _) = reconcile(&repo, &plan_of("def456", problems(5)), &Executed::default(), Some(&watched), 500);
+        assert!(notices_of(&watched, &again).is_empty());
+        assert_eq!(changes(Some(&watched), &again), None);
+    }
+
+    fn notices_of(previous: &SyncStatus, next: &SyncStatus) -> Vec<Notice> {
+        notices(Some(previous), next, &Executed::default())
+    }
+
+    #[test]
+    fn a_failed_fetch_keeps_the_problems_of_the_last_evaluated_revision() {
+        let repo = TenantRepository::test();
+        let (refused, repo) = reconcile(&repo, &plan_of("def456", problems(2)), &Executed::default(), None, 100);
+        let mut fetch_failed = plan_of("def456", problems(2));
+        fetch_failed.fetched_revision = None;
+        fetch_failed.problems = Vec::new();
+        let (after, _) = reconcile(&repo, &fetch_failed, &Executed::default(), Some(&read_back(&refused)), 200);
+        assert_eq!(after.status.unwrap().problems.len(), 2);
+    }
+
+    #[test]
+    fn prunes_and_drift_repairs_are_warning_events_naming_the_objects() {
+        let repo = TenantRepository::test();
+        let (good, repo) = reconcile(&repo, &plan_of("abc123", vec![]), &applied(&["settings"]), None, 100);
+        let executed = Executed {
+            applied_objects: vec![entry("ConfigMap", "settings")],
+            repaired: vec![entry("ConfigMap", "settings")],
+            pruned_objects: (0..7).map(|i| entry("ConfigMap", &format!("old-{i}"))).collect(),
+            ..Executed::default()
+        };
+        let (next, _) = reconcile(&repo, &plan_of("abc123", vec![]), &executed, Some(&read_back(&good)), 200);
+        let notices = notices(Some(&read_back(&good)), &next, &executed);
+        let by_reason = |reason: &str| notices.iter().find(|n| n.reason == reason).map(|n| n.note.clone()).unwrap();
+        let pruned = by_reason(REASON_PRUNED);
+        assert!(pruned.contains("ConfigMap old-0") && pruned.contains("ConfigMap old-4") && pruned.contains("and 2 more"), "{pruned}");
+        assert!(by_reason(REASON_DRIFT_REPAIRED).contains("ConfigMap settings"));
+        assert!(notices.iter().all(|n| n.warning));
+        let sync = next.status.unwrap().last_sync.unwrap();
+        assert_eq!((sync.pruned.len(), sync.repaired.len()), (7, 1));
+    }
+
+    #[test]
+    fn url_userinfo_never_reaches_the_sync_status_or_its_events() {
+        // A hostile tenant quotes a URL with credentials in a document; the registration's own
+        // URL holds a token too.
+        let repo = TenantRepository::test().with_url("https://oauth2:glpat-registration@gitlab.example.com/t/r.git");
+        let quoted = Problem::field("spec.config.url", "https://agent:glpat-s3cr3t@dev.azure.com/acme is not https://dev.azure.com/...")
+            .located("deploy/agents.yaml", Some(1), Some(1));
+        let (next, _) = reconcile(&repo, &plan_of("def456", vec![quoted]), &Executed::default(), None, 100);
+        let text = serde_json::to_string(&next).unwrap();
+        assert!(!text.contains("glpat"), "{text}");
+        assert!(text.contains("https://***@dev.azure.com/acme") && text.contains("https://***@gitlab.example.com/t/r.git"));
+        for notice in notices(None, &next, &Executed::default()) {
+            assert!(!notice.recorded_note().contains("glpat"), "{notice:?}");
+        }
+    }
+
+    #[test]
+    fn a_sync_status_is_stale_when_its_registration_is_gone_or_targets_another_namespace() {
+        let repo = TenantRepository::test();
+        let (status, _) = reconcile(&repo, &plan_of("abc123", vec![]), &Executed::default(), None, 100);
+        assert!(!stale(&status, PLATFORM, Some(&repo)));
+        assert!(stale(&status, PLATFORM, None), "registration deleted");
+        let mut moved = repo.clone();
+        moved.spec.target_namespace = "team-b".into();
+        assert!(stale(&status, PLATFORM, Some(&moved)), "registration now targets team-b");
+        // Another installation's (another platform namespace): never touched.
+        assert!(!stale(&status, "other-platform", None));
+    }
+
+    #[test]
+    fn the_registrations_feedback_condition_is_only_there_while_the_write_fails() {
+        let mut status = TenantRepositoryStatus::default();
+        record_outcome(&mut status, &Err("syncstatuses is forbidden".into()), &at(1));
+        let condition = status.conditions.iter().find(|c| c.type_ == SYNC_STATUS_WRITTEN).unwrap();
+        assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", REASON_WRITE_FAILED));
+        record_outcome(&mut status, &Ok(()), &at(2));
+        assert!(status.conditions.is_empty());
+    }
+}
