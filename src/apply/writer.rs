@@ -368,7 +368,9 @@ impl Writer {
                     Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
                         return Ok(Done::Objects(0));
                     }
-                    Err(source) => return Err(refused(DELETING_SYNC_STATUS, "SyncStatus", &namespace, &name, source).into()),
+                    Err(source) => {
+                        return Err(refused(DELETING_SYNC_STATUS, "SyncStatus", &namespace, &name, source).into());
+                    }
                 }
                 self.record("delete", "SyncStatus", &namespace, &name);
                 Ok(Done::Objects(1))

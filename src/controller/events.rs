@@ -159,7 +159,8 @@ mod tests {
 
     #[test]
     fn a_notice_is_bounded_and_carries_no_url_userinfo() {
-        let notice = Notice::warning("ValidationFailed", format!("https://oauth2:glpat-s3cr3t@h/x {}", "é".repeat(900)));
+        let notice =
+            Notice::warning("ValidationFailed", format!("https://oauth2:glpat-s3cr3t@h/x {}", "é".repeat(900)));
         let note = notice.recorded_note();
         assert!(note.starts_with("https://***@h/x ") && !note.contains("glpat"), "{note}");
         assert!(note.len() <= MAX_NOTE + '…'.len_utf8());

@@ -266,7 +266,10 @@ fn a_sops_encrypted_document_refuses_the_whole_revision_with_a_located_error_nam
     let problems = refused(&files, &support::example_policy());
     assert_eq!(problems.len(), 1, "{problems:#?}");
     let problem = &problems[0];
-    assert_eq!((problem.file.as_deref(), problem.document, problem.field.as_str()), (Some("deploy/secret.enc.yaml"), Some(1), "sops"));
+    assert_eq!(
+        (problem.file.as_deref(), problem.document, problem.field.as_str()),
+        (Some("deploy/secret.enc.yaml"), Some(1), "sops")
+    );
     for said in ["SOPS-encrypted", "does not decrypt", "nothing of this revision is applied", "Sealed Secrets"] {
         assert!(problem.message.contains(said), "{said:?} missing from {problem}");
     }

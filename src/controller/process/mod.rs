@@ -13,8 +13,8 @@ pub mod keda;
 pub mod lease;
 pub mod registrations;
 pub mod shutdown;
-pub mod vanished;
 pub mod sync_statuses;
+pub mod vanished;
 pub mod watches;
 
 use std::process::ExitCode;

@@ -120,9 +120,14 @@ impl Janitor {
             return;
         }
         let namespace = status.namespace().unwrap_or_default();
-        let write = Write::DeleteSyncStatus { namespace: namespace.clone(), name: status.name_any(), uid: status.uid() };
+        let write =
+            Write::DeleteSyncStatus { namespace: namespace.clone(), name: status.name_any(), uid: status.uid() };
         match self.writer.execute(write).await {
-            Ok(_) => info!(namespace, name = status.name_any(), "deleted a SyncStatus whose registration is gone or targets another namespace"),
+            Ok(_) => info!(
+                namespace,
+                name = status.name_any(),
+                "deleted a SyncStatus whose registration is gone or targets another namespace"
+            ),
             Err(error) => warn!(%error, "deleting a stale SyncStatus (tried again after the next list)"),
         }
     }

@@ -84,10 +84,7 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     let mut object = SyncStatus::new(
         &repo.name_any(),
         SyncStatusSpec {
-            registration: RegistrationReference {
-                namespace: platform_namespace.to_owned(),
-                name: repo.name_any(),
-            },
+            registration: RegistrationReference { namespace: platform_namespace.to_owned(), name: repo.name_any() },
             url: redact_userinfo(&repo.spec.url),
             git_ref: repo.spec.git_ref.as_ref().map(describe_ref),
             path: repo.spec.path.clone(),
@@ -96,9 +93,8 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     object.metadata.namespace = Some(repo.spec.target_namespace.clone());
     object.metadata.labels = Some(labels);
     let problems = if plan.fetched_revision.is_some() { located(&plan.problems) } else { before.problems.clone() };
-    let changed = !executed.applied_objects.is_empty()
-        || !executed.pruned_objects.is_empty()
-        || !executed.repaired.is_empty();
+    let changed =
+        !executed.applied_objects.is_empty() || !executed.pruned_objects.is_empty() || !executed.repaired.is_empty();
     let last_sync = if changed {
         Some(SyncReport {
             time: seconds(now),
@@ -144,12 +140,7 @@ pub fn changes(previous: Option<&SyncStatus>, next: &SyncStatus) -> Option<Write
         })
     });
     let status = status_changed.then(|| serde_json::to_value(&next.status).unwrap_or(Value::Null));
-    Some(Write::SyncStatus {
-        namespace: next.namespace().unwrap_or_default(),
-        name: next.name_any(),
-        object,
-        status,
-    })
+    Some(Write::SyncStatus { namespace: next.namespace().unwrap_or_default(), name: next.name_any(), object, status })
 }
 
 /// The Events a reconcile calls for, each once per occurrence: a revision refused (validation,
@@ -162,7 +153,8 @@ pub fn notices(previous: Option<&SyncStatus>, next: &SyncStatus, executed: &Exec
     };
     let fetched = |s: Option<&SyncStatus>| s.and_then(|s| s.status.as_ref()?.last_fetched_revision.clone());
     if let Some(now) = applied(Some(next)).filter(|c| c.status == "False") {
-        let refused = [REASON_VALIDATION_FAILED, REASON_APPLY_FAILED, REASON_PRUNE_FAILED].contains(&now.reason.as_str());
+        let refused =
+            [REASON_VALIDATION_FAILED, REASON_APPLY_FAILED, REASON_PRUNE_FAILED].contains(&now.reason.as_str());
         let before = applied(previous);
         let new = before.is_none_or(|b| b.status != now.status || b.reason != now.reason || b.message != now.message)
             || fetched(previous) != fetched(Some(next));
@@ -241,7 +233,15 @@ pub fn record_outcome(status: &mut TenantRepositoryStatus, outcome: &Result<(), 
         Err(message) => {
             let message = format!("writing the SyncStatus in the tenant namespace (retried): {message}");
             let generation = status.observed_generation;
-            conditions::set(&mut status.conditions, SYNC_STATUS_WRITTEN, false, REASON_WRITE_FAILED, &message, generation, now);
+            conditions::set(
+                &mut status.conditions,
+                SYNC_STATUS_WRITTEN,
+                false,
+                REASON_WRITE_FAILED,
+                &message,
+                generation,
+                now,
+            );
         }
     }
 }
@@ -287,7 +287,11 @@ fn refusal_note(revision: &str, problems: &[LocatedProblem], name: &str) -> Stri
     let short = revision.get(..12).unwrap_or(revision);
     let first: Vec<String> = problems.iter().take(3).map(printed).collect();
     let more = problems.len().saturating_sub(first.len());
-    let mut note = format!("revision {short} was refused, nothing of it was applied ({} problems): {}", problems.len(), first.join("; "));
+    let mut note = format!(
+        "revision {short} was refused, nothing of it was applied ({} problems): {}",
+        problems.len(),
+        first.join("; ")
+    );
     if more > 0 {
         note.push_str(&format!("; and {more} more (kubectl get syncstatus {name} -o yaml)"));
     }
@@ -314,9 +318,9 @@ mod tests {
 
     use super::*;
     use crate::controller::conditions::Health;
+    use crate::controller::conditions::Verdict;
     use crate::controller::tenant_repository::status::next_status;
     use crate::controller::tenant_repository::{REASON_SUCCEEDED, Record};
-    use crate::controller::conditions::Verdict;
 
     const PLATFORM: &str = "cdtarget-system";
 
@@ -390,7 +394,13 @@ mod tests {
 
     fn problems(n: usize) -> Vec<Problem> {
         (0..n)
-            .map(|i| Problem::field(format!("spec.ip[{i}]"), "not an IP address").located("deploy/agents.yaml", Some(1), Some(3)))
+            .map(|i| {
+                Problem::field(format!("spec.ip[{i}]"), "not an IP address").located(
+                    "deploy/agents.yaml",
+                    Some(1),
+                    Some(3),
+                )
+            })
             .collect()
     }
 
@@ -425,7 +435,10 @@ mod tests {
         assert_eq!(again.status.as_ref().unwrap().last_sync, first.status.as_ref().unwrap().last_sync);
         // A status change alone sends the status alone.
         let (refused, _) = reconcile(&repo, &plan_of("def456", problems(1)), &Executed::default(), Some(&watched), 700);
-        assert!(matches!(changes(Some(&watched), &refused), Some(Write::SyncStatus { object: None, status: Some(_), .. })));
+        assert!(matches!(
+            changes(Some(&watched), &refused),
+            Some(Write::SyncStatus { object: None, status: Some(_), .. })
+        ));
     }
 
     #[test]
@@ -454,7 +467,10 @@ mod tests {
         assert!(notices[0].warning && notices[0].reason == REASON_VALIDATION_FAILED);
         let note = &notices[0].note;
         assert!(note.contains("revision def456 was refused") && note.contains("(5 problems)"), "{note}");
-        assert!(note.contains("deploy/agents.yaml:1: spec.ip[0]: not an IP address") && note.contains("and 2 more"), "{note}");
+        assert!(
+            note.contains("deploy/agents.yaml:1: spec.ip[0]: not an IP address") && note.contains("and 2 more"),
+            "{note}"
+        );
         // The next poll of the same refused revision: no Event, no write.
         let watched = read_back(&refused);
         let (again, _) = reconcile(&repo, &plan_of("def456", problems(5)), &Executed::default(), Some(&watched), 500);
@@ -491,7 +507,10 @@ mod tests {
         let notices = notices(Some(&read_back(&good)), &next, &executed);
         let by_reason = |reason: &str| notices.iter().find(|n| n.reason == reason).map(|n| n.note.clone()).unwrap();
         let pruned = by_reason(REASON_PRUNED);
-        assert!(pruned.contains("ConfigMap old-0") && pruned.contains("ConfigMap old-4") && pruned.contains("and 2 more"), "{pruned}");
+        assert!(
+            pruned.contains("ConfigMap old-0") && pruned.contains("ConfigMap old-4") && pruned.contains("and 2 more"),
+            "{pruned}"
+        );
         assert!(by_reason(REASON_DRIFT_REPAIRED).contains("ConfigMap settings"));
         assert!(notices.iter().all(|n| n.warning));
         let sync = next.status.unwrap().last_sync.unwrap();
@@ -503,12 +522,17 @@ mod tests {
         // A hostile tenant quotes a URL with credentials in a document; the registration's own
         // URL holds a token too.
         let repo = TenantRepository::test().with_url("https://oauth2:glpat-registration@gitlab.example.com/t/r.git");
-        let quoted = Problem::field("spec.config.url", "https://agent:glpat-s3cr3t@dev.azure.com/acme is not https://dev.azure.com/...")
-            .located("deploy/agents.yaml", Some(1), Some(1));
+        let quoted = Problem::field(
+            "spec.config.url",
+            "https://agent:glpat-s3cr3t@dev.azure.com/acme is not https://dev.azure.com/...",
+        )
+        .located("deploy/agents.yaml", Some(1), Some(1));
         let (next, _) = reconcile(&repo, &plan_of("def456", vec![quoted]), &Executed::default(), None, 100);
         let text = serde_json::to_string(&next).unwrap();
         assert!(!text.contains("glpat"), "{text}");
-        assert!(text.contains("https://***@dev.azure.com/acme") && text.contains("https://***@gitlab.example.com/t/r.git"));
+        assert!(
+            text.contains("https://***@dev.azure.com/acme") && text.contains("https://***@gitlab.example.com/t/r.git")
+        );
         for notice in notices(None, &next, &Executed::default()) {
             assert!(!notice.recorded_note().contains("glpat"), "{notice:?}");
         }

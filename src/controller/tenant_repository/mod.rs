@@ -362,7 +362,11 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         return Err(Error::Apply(e));
     }
     tracing::debug!(applied = report.applied, pruned = report.pruned, "reconciled");
-    let requeue = if feedback_failed { Some(plan.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY))) } else { plan.requeue };
+    let requeue = if feedback_failed {
+        Some(plan.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY)))
+    } else {
+        plan.requeue
+    };
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
