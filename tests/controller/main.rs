@@ -8,6 +8,7 @@ mod borrowing;
 mod cdtarget;
 mod discovery;
 mod e2e;
+mod feedback;
 mod gitlab;
 mod leaks;
 mod run;
