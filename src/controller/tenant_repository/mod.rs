@@ -313,8 +313,8 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     let mut status = next_status(&repo, &plan, webhook, &now);
     // The tenant's SyncStatus and Events: after the apply, whatever its outcome; a failed write
     // is reported in the registration's conditions and retried, never undoes anything.
-    let mut feedback_failed = false;
-    if let Some(feedback) = &ctx.feedback {
+    let mut sync_status_failed = false;
+    if let Some(sync_statuses) = &ctx.feedback {
         let inputs = feedback::Inputs {
             repo: &repo,
             platform_namespace: &namespace,
@@ -324,12 +324,12 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
             previous: None,
             now: &now,
         };
-        let outcome = feedback::report(feedback, &ctx.writer, ctx.recorder.as_ref(), inputs)
+        let outcome = feedback::report(sync_statuses, &ctx.writer, ctx.recorder.as_ref(), inputs)
             .instrument(tracing::info_span!("feedback"))
             .await;
         if let Err(error) = &outcome {
             tracing::warn!(%error, "writing the SyncStatus failed; retried");
-            feedback_failed = true;
+            sync_status_failed = true;
         }
         feedback::record_outcome(&mut status, &outcome, &now);
     }
@@ -362,7 +362,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         return Err(Error::Apply(e));
     }
     tracing::debug!(applied = report.applied, pruned = report.pruned, "reconciled");
-    let requeue = if feedback_failed {
+    let requeue = if sync_status_failed {
         Some(plan.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY)))
     } else {
         plan.requeue
