@@ -10,17 +10,20 @@
 //! - Finalizers are changed with a JSON patch whose `test` op holds the list as read, so a
 //!   finalizer someone else added in between is never dropped (the patch fails and is retried).
 //! - Secrets (the deploy key pair) are created, or merge-patched on rotation.
+//! - A registration's `SyncStatus` (in its tenant namespace) is server-side applied as the
+//!   controller, and deleted (guarded by its `uid`) when its registration is gone.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::discovery::Discovery;
 use super::server_side::{self, ApplyError, ClientFor};
 use crate::api::FIELD_MANAGER;
+use crate::api::SyncStatus;
 use crate::api::tenant_repository::InventoryEntry;
 use crate::error::{Class, Classify};
 
@@ -86,6 +89,29 @@ pub enum Write {
         /// The Secret, with namespace and name.
         secret: Box<Secret>,
     },
+    /// Server-side apply, with the controller's field manager, of a registration's `SyncStatus`
+    /// in its tenant namespace: `object` (labels and spec) when given, then `status` (the status
+    /// subresource) when given. Either may be left out when it did not change.
+    SyncStatus {
+        /// The tenant namespace (the registration's `spec.targetNamespace`).
+        namespace: String,
+        /// The registration's name.
+        name: String,
+        /// `apiVersion`, `kind`, `metadata` (name, namespace, labels) and `spec`.
+        object: Option<Value>,
+        /// The whole status.
+        status: Option<Value>,
+    },
+    /// Deletion of a `SyncStatus` whose registration is gone or now targets another namespace;
+    /// one already gone counts as deleted.
+    DeleteSyncStatus {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The `uid` of the object judged stale: a newer object of the same name is left alone.
+        uid: Option<String>,
+    },
     /// A merge patch of a Secret.
     PatchSecret {
         /// What the write does, for errors (`writing the rotated key into`).
@@ -102,7 +128,7 @@ pub enum Write {
 /// What an executed [`Write`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Done {
-    /// Objects applied or deleted (the tenant writes).
+    /// Objects applied or deleted (the tenant writes, the deletion of a stale `SyncStatus`).
     Objects(usize),
     /// The one object was written.
     Written,
@@ -311,6 +337,44 @@ impl Writer {
                     }
                 }
             }
+            Write::SyncStatus { namespace, name, object, status } => {
+                let resource = ApiResource::erase::<SyncStatus>(&());
+                let api: Api<SyncStatus> = Api::namespaced(self.client.clone(), &namespace);
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                if let Some(object) = object {
+                    api.patch(&name, &params, &Patch::Apply(&object))
+                        .await
+                        .map_err(|source| refused(server_side::APPLYING, &resource.kind, &namespace, &name, source))?;
+                    self.record("apply", &resource.kind, &namespace, &name);
+                }
+                if let Some(status) = status {
+                    let body = json!({ "apiVersion": resource.api_version, "kind": resource.kind, "status": status });
+                    api.patch_status(&name, &params, &Patch::Apply(&body))
+                        .await
+                        .map_err(|source| refused(WRITING_STATUS, &resource.kind, &namespace, &name, source))?;
+                    self.record("status", &resource.kind, &namespace, &name);
+                }
+                Ok(Done::Written)
+            }
+            Write::DeleteSyncStatus { namespace, name, uid } => {
+                let api: Api<SyncStatus> = Api::namespaced(self.client.clone(), &namespace);
+                let params = DeleteParams {
+                    preconditions: uid.map(|uid| Preconditions { uid: Some(uid), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&name, &params).await {
+                    Ok(_) => {}
+                    // Gone already, or replaced by a newer object (its uid differs): nothing to do.
+                    Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+                        return Ok(Done::Objects(0));
+                    }
+                    Err(source) => {
+                        return Err(refused(DELETING_SYNC_STATUS, "SyncStatus", &namespace, &name, source).into());
+                    }
+                }
+                self.record("delete", "SyncStatus", &namespace, &name);
+                Ok(Done::Objects(1))
+            }
             Write::PatchSecret { what, namespace, name, patch } => {
                 let api: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
                 api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -325,6 +389,8 @@ impl Writer {
 
 /// [`ApplyError::verb`] of a refused status write.
 pub const WRITING_STATUS: &str = "writing the status of";
+/// [`ApplyError::verb`] of a refused deletion of a stale `SyncStatus`.
+pub const DELETING_SYNC_STATUS: &str = "deleting";
 /// [`ApplyError::verb`] of a refused finalizer change.
 pub const PATCHING_FINALIZERS: &str = "patching the finalizers of";
 

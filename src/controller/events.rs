@@ -1,6 +1,9 @@
 //! Kubernetes Events on state changes: one Event when an object's `Ready` condition changes its
-//! status or reason, none while it stays the same (a resync never floods the namespace).
+//! status or reason, none while it stays the same (a resync never floods the namespace); and the
+//! tenant's Warning Events about a registration ([`Notice`]), recorded in the tenant namespace
+//! regarding its `SyncStatus` (src/controller/tenant_repository/feedback.rs decides them).
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
@@ -28,7 +31,11 @@ pub fn transition(previous: &[Condition], next: &[Condition]) -> Option<Transiti
     if ready(previous).is_some_and(|before| before.status == now.status && before.reason == now.reason) {
         return None;
     }
-    let mut note = now.message;
+    Some(Transition { warning: now.status != "True", reason: now.reason, note: bounded(now.message) })
+}
+
+/// `note` cut to [`MAX_NOTE`] bytes on a character boundary.
+fn bounded(mut note: String) -> String {
     if note.len() > MAX_NOTE {
         let mut end = MAX_NOTE;
         while !note.is_char_boundary(end) {
@@ -37,7 +44,47 @@ pub fn transition(previous: &[Condition], next: &[Condition]) -> Option<Transiti
         note.truncate(end);
         note.push('…');
     }
-    Some(Transition { warning: now.status != "True", reason: now.reason, note })
+    note
+}
+
+/// One Event a reconcile decided on, other than a change of `Ready`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// `Warning` or `Normal`.
+    pub warning: bool,
+    /// The reason, e.g. `ValidationFailed`, `Pruned`.
+    pub reason: String,
+    /// What happened, naming the objects; cleared of URL userinfo and cut to 1 kB when recorded.
+    pub note: String,
+}
+
+impl Notice {
+    /// A Warning Event with `reason` and `note`.
+    pub fn warning(reason: &str, note: String) -> Notice {
+        Notice { warning: true, reason: reason.to_owned(), note }
+    }
+
+    /// The note as recorded: no URL userinfo, at most [`MAX_NOTE`] bytes (and an ellipsis).
+    pub fn recorded_note(&self) -> String {
+        bounded(crate::source::error::redact_userinfo(&self.note))
+    }
+}
+
+/// Records `notice` regarding `regarding` (in its namespace); a failure to record is logged,
+/// never fails the reconcile.
+pub async fn publish_notice(sink: Option<&EventSink>, regarding: &ObjectReference, notice: Notice) {
+    let Some(sink) = sink else { return };
+    let recorder = Recorder::new(sink.client.clone(), sink.reporter.clone());
+    let event = Event {
+        type_: if notice.warning { EventType::Warning } else { EventType::Normal },
+        note: Some(notice.recorded_note()),
+        reason: notice.reason,
+        action: "Sync".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, regarding).await {
+        tracing::warn!(%error, "could not record an Event in the tenant namespace");
+    }
 }
 
 /// Where Events are recorded: the controller's client and who reports them.
@@ -108,5 +155,14 @@ mod tests {
         assert!(stalled.note.len() <= MAX_NOTE + '…'.len_utf8());
         let first = transition(&[], &ready("True", "Applied")).unwrap();
         assert!(!first.warning);
+    }
+
+    #[test]
+    fn a_notice_is_bounded_and_carries_no_url_userinfo() {
+        let notice =
+            Notice::warning("ValidationFailed", format!("https://oauth2:glpat-s3cr3t@h/x {}", "é".repeat(900)));
+        let note = notice.recorded_note();
+        assert!(note.starts_with("https://***@h/x ") && !note.contains("glpat"), "{note}");
+        assert!(note.len() <= MAX_NOTE + '…'.len_utf8());
     }
 }

@@ -127,6 +127,12 @@ fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
+/// Why a SOPS-encrypted document is refused, and what to do instead (docs/feedback.md).
+pub const SOPS_NOT_DECRYPTED: &str = "this document is SOPS-encrypted (it has a top-level `sops` key) and cdtarget does not decrypt: \
+     nothing of this revision is applied, so no ciphertext reaches the cluster; keep Secrets out of the repository \
+     (ask the platform team to provide them in the namespace, or use Sealed Secrets or the External Secrets Operator) \
+     and reference them by name";
+
 /// Parses and checks every document of `files` for `namespace` under `policy`, reporting every
 /// problem of every document at once. The result is all or nothing: one problem anywhere and no
 /// apply set is returned.
@@ -179,6 +185,10 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
             "expected a Kubernetes object (a mapping with apiVersion, kind and metadata)",
         )]);
     };
+    // A SOPS-encrypted document: its values are ciphertext, which must never reach the cluster.
+    if object.get("sops").is_some_and(Value::is_object) {
+        return Err(vec![Problem::field("sops", SOPS_NOT_DECRYPTED)]);
+    }
     let mut problems = Vec::new();
     // apiVersion and kind become segments of the URL every request is sent to: nothing else
     // looks at them before they are Kubernetes names.

@@ -369,7 +369,10 @@ async fn the_chart_installed_with_helm_runs_the_controller_upgrades_and_uninstal
     for (kind, name) in INSTALLED {
         cluster.kubectl(&["get", kind, name, "-n", NAMESPACE]).success();
     }
-    await_established(cluster, &["crd/cdtargets.cdtarget.io", "crd/tenantrepositories.cdtarget.io"]);
+    await_established(
+        cluster,
+        &["crd/cdtargets.cdtarget.io", "crd/tenantrepositories.cdtarget.io", "crd/syncstatuses.cdtarget.io"],
+    );
 
     // The controller, run as the installed Deployment says: its ServiceAccount, its arguments,
     // its environment, its volumes (no kubelet runs here: the pods stay Pending).
@@ -445,7 +448,9 @@ async fn the_chart_installed_with_helm_runs_the_controller_upgrades_and_uninstal
         let missing = cluster.kubectl(&["get", kind, name, "-n", NAMESPACE]).failure();
         assert!(missing.contains("NotFound"), "{kind} {name} stayed: {missing}");
     }
-    cluster.kubectl(&["get", "crd", "cdtargets.cdtarget.io", "tenantrepositories.cdtarget.io"]).success();
+    cluster
+        .kubectl(&["get", "crd", "cdtargets.cdtarget.io", "tenantrepositories.cdtarget.io", "syncstatuses.cdtarget.io"])
+        .success();
     cluster.kubectl(&["get", "cdtarget", "deploy-agents", "-n", &removed.ns]).success();
 
     // A registration deleted once the controller is gone: its finalizer holds it, and key and

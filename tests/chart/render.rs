@@ -66,7 +66,7 @@ fn the_chart_reads_rules_alerts_and_dashboard_from_deploy_through_its_links() {
     let dashboard = fs::read_to_string(root().join("deploy/monitoring/grafana-dashboard.json")).expect("dashboard");
     let config_map = find(&chart, "ConfigMap", "cdtarget-grafana-dashboard");
     assert_eq!(config_map["data"]["cdtarget.json"].as_str(), Some(dashboard.as_str()));
-    for crd in ["cdtargets.cdtarget.io", "tenantrepositories.cdtarget.io"] {
+    for crd in ["cdtargets.cdtarget.io", "tenantrepositories.cdtarget.io", "syncstatuses.cdtarget.io"] {
         let file = format!("deploy/crds/cdtarget.io_{}.yaml", crd.split('.').next().expect("plural"));
         let committed = documents(&fs::read_to_string(root().join(&file)).expect("CRD file"));
         assert_eq!(find(&chart, "CustomResourceDefinition", crd), &committed[0], "{file}");

@@ -397,8 +397,9 @@ async fn a_full_tour_uses_every_grant_of_deploy_rbac_and_needs_no_other() {
     let holder = lease.spec.and_then(|spec| spec.holder_identity);
     assert_eq!(holder.as_deref(), Some(controller.identity.as_str()));
 
-    // The whole audit log, once the last write of the tour is in it: the finalizer's release,
-    // the second patch of that registration (the first added the finalizer).
+    // The whole audit log, once the last writes of the tour are in it: the finalizer's release,
+    // the second patch of that registration (the first added the finalizer), and the deletion of
+    // its SyncStatus once it is gone.
     let events = cluster.audit_requests_until(AuditMark::START, "the finalizer's release", |events| {
         let patches = events.iter().filter(|e| {
             e.user == CONTROLLER_USER
@@ -407,7 +408,13 @@ async fn a_full_tour_uses_every_grant_of_deploy_rbac_and_needs_no_other() {
                 && e.name == gitlab_registration
                 && e.code == 200
         });
-        patches.count() >= 2
+        let sync_status_deleted = events.iter().any(|e| {
+            e.user == CONTROLLER_USER
+                && e.verb == "delete"
+                && e.full_resource() == "syncstatuses"
+                && e.name == gitlab_registration
+        });
+        patches.count() >= 2 && sync_status_deleted
     });
     let grants = granted();
     let (uses, non_resource) = used(&events);

@@ -9,6 +9,7 @@ mod cdtarget;
 mod commit_status;
 mod discovery;
 mod e2e;
+mod feedback;
 mod gitlab;
 mod leaks;
 mod run;

@@ -35,7 +35,7 @@ fn crd(kind: &str) -> Value {
 
 #[test]
 fn crds_have_short_names_and_ready_message_age_columns() {
-    for (kind, short) in [("CDTarget", "cdt"), ("TenantRepository", "trepo")] {
+    for (kind, short) in [("CDTarget", "cdt"), ("TenantRepository", "trepo"), ("SyncStatus", "sync")] {
         let crd = crd(kind);
         assert_eq!(crd.pointer("/spec/group").unwrap(), "cdtarget.io");
         assert_eq!(crd.pointer("/spec/versions/0/name").unwrap(), "v1alpha1");
@@ -54,6 +54,29 @@ fn crds_have_short_names_and_ready_message_age_columns() {
         }
         assert!(crd.pointer("/spec/versions/0/subresources/status").is_some(), "{kind} has a status subresource");
     }
+}
+
+#[test]
+fn sync_status_columns_are_ready_revision_message_age_in_that_order() {
+    let crd = crd("SyncStatus");
+    assert_eq!(crd.pointer("/spec/scope").unwrap(), "Namespaced");
+    let columns: Vec<(&str, &str)> = crd
+        .pointer("/spec/versions/0/additionalPrinterColumns")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["jsonPath"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            ("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
+            ("Revision", ".status.lastAppliedRevision"),
+            ("Message", ".status.conditions[?(@.type==\"Ready\")].message"),
+            ("Age", ".metadata.creationTimestamp"),
+        ]
+    );
 }
 
 #[test]

@@ -463,3 +463,31 @@ fn the_example_tenant_namespace_refuses_agent_labels_on_every_pod_template_but_t
     let binding = find(file, "ValidatingAdmissionPolicyBinding", name);
     assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
 }
+
+#[test]
+fn tenant_people_only_read_sync_statuses_and_what_a_push_acts_as_has_no_right_on_them() {
+    let file = "examples/platform/tenant-rbac.yaml";
+    // The ServiceAccount a push acts as: nothing on SyncStatuses, so a push cannot forge one.
+    let role = find(file, "Role", "cdtarget-tenant");
+    let sync_statuses = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| strings(&r["resources"]).iter().any(|resource| resource.starts_with("syncstatuses")));
+    assert!(!sync_statuses, "the impersonated ServiceAccount may touch SyncStatuses: {role}");
+    // The people: get, list and watch of SyncStatuses and Events, nothing else, bound to a group.
+    let feedback = find(file, "Role", "cdtarget-tenant-feedback");
+    for rule in feedback["rules"].as_array().unwrap() {
+        assert_eq!(strings(&rule["verbs"]), ["get", "list", "watch"], "{rule}");
+        for resource in strings(&rule["resources"]) {
+            assert!(["syncstatuses", "events"].contains(&resource), "{rule}");
+        }
+    }
+    let binding = find(file, "RoleBinding", "cdtarget-tenant-feedback");
+    assert_eq!(binding.pointer("/roleRef/name"), Some(&Value::from("cdtarget-tenant-feedback")));
+    let subjects = binding["subjects"].as_array().unwrap();
+    assert!(
+        subjects.iter().all(|s| s["kind"] == "Group"),
+        "bound to the tenant's people, not a ServiceAccount: {subjects:?}"
+    );
+}

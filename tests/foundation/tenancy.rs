@@ -228,3 +228,58 @@ fn the_forbidden_kinds_documented_as_defaults_are_the_defaults() {
     let documented = policy::parse(block, "docs/policy.md").expect("the documented defaults parse");
     assert_eq!(documented.tenancy, Policy::default().tenancy);
 }
+
+// === encrypted documents ===
+
+/// A Secret as `sops --encrypt` writes it (age and KMS recipients, `ENC[AES256_GCM,...]` values),
+/// written by hand with the shape sops 3.9 produces.
+const SOPS_SECRET: &str = r#"apiVersion: v1
+kind: Secret
+metadata:
+    name: database
+type: Opaque
+stringData:
+    password: ENC[AES256_GCM,data:Tr7o1A==,iv:1bXq1OZ9bS3c0Jm4cE5kzV1fH0sI2w8yJ6uQ3nXc8aQ=,tag:b5vC2yQkq3Xn0k1Jf4mA8w==,type:str]
+    user: ENC[AES256_GCM,data:cGF5bWVudHM=,iv:9wJ0mH3mRk0n1dPqZ7c9b2Yx4uQ6s8tV0aB2cD4eF6g=,tag:Qm1hZ2ljIHRhZyBoZXJlIQ==,type:str]
+sops:
+    kms:
+        - arn: arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab
+          created_at: "2026-11-20T09:12:44Z"
+          enc: AQICAHh0c29wcy1leGFtcGxlLWNpcGhlcnRleHQtbm90LXJlYWw=
+          aws_profile: ""
+    age:
+        - recipient: age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p
+          enc: |
+            -----BEGIN AGE ENCRYPTED FILE-----
+            YWdlLWVuY3J5cHRpb24ub3JnL3YxCi0+IFgyNTUxOSBub3QtYS1yZWFsLWtleQo=
+            -----END AGE ENCRYPTED FILE-----
+    lastmodified: "2026-11-20T09:12:45Z"
+    mac: ENC[AES256_GCM,data:bm90LWEtcmVhbC1tYWM=,iv:Zm9vYmFyYmF6cXV4cXV1eA==,tag:dGFnLXRhZy10YWctdGFn,type:str]
+    encrypted_regex: ^(data|stringData)$
+    version: 3.9.1
+"#;
+
+#[test]
+fn a_sops_encrypted_document_refuses_the_whole_revision_with_a_located_error_naming_sops() {
+    let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: b\n";
+    let files = [("deploy/settings.yaml", settings), ("deploy/secret.enc.yaml", SOPS_SECRET)];
+    let problems = refused(&files, &support::example_policy());
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    let problem = &problems[0];
+    assert_eq!(
+        (problem.file.as_deref(), problem.document, problem.field.as_str()),
+        (Some("deploy/secret.enc.yaml"), Some(1), "sops")
+    );
+    for said in ["SOPS-encrypted", "does not decrypt", "nothing of this revision is applied", "Sealed Secrets"] {
+        assert!(problem.message.contains(said), "{said:?} missing from {problem}");
+    }
+    // No ciphertext is quoted back (the refusal names the document, not its values).
+    assert!(!problem.to_string().contains("ENC["), "{problem}");
+}
+
+#[test]
+fn a_document_with_a_sops_field_that_is_not_sops_metadata_is_judged_as_any_other() {
+    // A ConfigMap whose data has a key named `sops` is ordinary data, not an encrypted document.
+    let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tools\ndata:\n  sops: \"3.9\"\n";
+    assert!(support::load(&[("deploy/tools.yaml", text)], &support::example_policy()).is_ok());
+}

@@ -190,6 +190,19 @@ impl Builder {
             repo_ctx = repo_ctx.with_recorder(recorder.clone());
             target_ctx = target_ctx.with_recorder(recorder);
         }
+        // SyncStatuses: one watch, read by the reconciler and kept clean of stale ones.
+        if let Some(events) = sources.sync_statuses {
+            let (statuses, reflected) = reflector::store();
+            tasks.push(tokio::spawn(super::sync_statuses::keep_clean(
+                events,
+                reflected,
+                registrations.subscribe().boxed(),
+                registrations.store(),
+                repo_ctx.writer.clone(),
+                settings.namespace.clone(),
+            )));
+            repo_ctx = repo_ctx.with_feedback(tenant_repository::feedback::Feedback { store: statuses });
+        }
         let apply_metrics = state.clone();
         let readiness_metrics = state.clone();
         let readiness: crate::telemetry::ReadinessObserver =

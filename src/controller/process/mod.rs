@@ -13,6 +13,7 @@ pub mod keda;
 pub mod lease;
 pub mod registrations;
 pub mod shutdown;
+pub mod sync_statuses;
 pub mod vanished;
 pub mod watches;
 

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::api::keda::{ScaledObject, TriggerAuthentication};
-use crate::api::{CDTarget, TenantRepository, labels};
+use crate::api::{CDTarget, SyncStatus, TenantRepository, labels};
 use crate::controller::cdtarget::borrowed;
 use crate::controller::inputs::{PolicyRead, policy_of};
 
@@ -51,6 +51,9 @@ pub struct Sources {
     pub scaled_objects: Option<Touched<PartialObjectMeta<ScaledObject>>>,
     /// See [`Sources::deployments`].
     pub trigger_authentications: Option<Touched<PartialObjectMeta<TriggerAuthentication>>>,
+    /// The SyncStatuses the controller manages (of its shard); `None`: no SyncStatus is kept and
+    /// no tenant Event recorded (end-to-end tests against an API server without watches).
+    pub sync_statuses: Option<Events<SyncStatus>>,
 }
 
 impl Sources {
@@ -68,7 +71,15 @@ impl Sources {
         let children =
             watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE));
         let policy = watcher::Config::default().fields(&format!("metadata.name={policy_name}"));
+        // A SyncStatus carries its registration's labels, so the shard's selector selects the
+        // SyncStatuses of the shard's registrations.
+        let managed = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
+        let sync_statuses = match &shard.label_selector {
+            Some(selector) => watcher::Config::default().labels(&format!("{managed},{selector}")),
+            None => watcher::Config::default().labels(&managed),
+        };
         Sources {
+            sync_statuses: Some(watched(Api::all(client.clone()), sync_statuses)),
             targets: watched(Api::all(client.clone()), shard),
             policy: watched(Api::namespaced(client.clone(), namespace), policy),
             platform_secrets: touched(Api::namespaced(client.clone(), namespace), watcher::Config::default()),
@@ -95,6 +106,7 @@ impl Sources {
             network_policies: futures::stream::pending().boxed(),
             scaled_objects: None,
             trigger_authentications: None,
+            sync_statuses: None,
         }
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod commit_status;
 pub mod execute;
+pub mod feedback;
 pub mod gitlab;
 pub mod observe;
 pub mod plan;
@@ -92,6 +93,10 @@ pub struct Context {
     pub gitlab: Option<crate::gitlab::Settings>,
     /// Told the readiness of every status written, for `cdtarget_object_ready`.
     pub readiness: Option<crate::telemetry::ReadinessObserver>,
+    /// The watch of SyncStatuses: with it, every reconcile keeps the registration's SyncStatus
+    /// in the tenant namespace and records the tenant's Warning Events ([`feedback`]); without
+    /// it (tests that do not look at them), neither.
+    pub feedback: Option<feedback::Feedback>,
 }
 
 /// What one reconcile did to the cluster.
@@ -125,7 +130,14 @@ impl Context {
             observer: None,
             gitlab: None,
             readiness: None,
+            feedback: None,
         }
+    }
+
+    /// Keeps every registration's SyncStatus, read from `feedback`'s watch.
+    pub fn with_feedback(mut self, feedback: feedback::Feedback) -> Self {
+        self.feedback = Some(feedback);
+        self
     }
 
     /// Tells `observer` the readiness of every status written.
@@ -288,7 +300,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
 
     // GitLab shows `pending` on the revision before it is applied (a failure only shows in
     // `CommitStatusPosted`).
-    let feedback = commit_status::before_apply(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
+    let commit_feedback = commit_status::before_apply(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
 
     let (plan, executed) = execute::apply_and_prune(&ctx.writer, &repo, plan).await;
     // The tenant's client could not even be built: nothing was sent, nothing is reported.
@@ -302,11 +314,33 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         Err(e) => Err(e),
     };
     let mut plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
-    let feedback = commit_status::after_apply(feedback, &repo, ctx.gitlab.as_ref(), &plan).await;
-    plan.requeue = feedback.requeue(plan.requeue);
+    let commit_feedback = commit_status::after_apply(commit_feedback, &repo, ctx.gitlab.as_ref(), &plan).await;
+    plan.requeue = commit_feedback.requeue(plan.requeue);
     let now = Time(Timestamp::now());
     let mut status = next_status(&repo, &plan, webhook, &now);
-    feedback.record(&mut status, repo.metadata.generation, &now);
+    commit_feedback.record(&mut status, repo.metadata.generation, &now);
+    // The tenant's SyncStatus and Events: after the apply, whatever its outcome; a failed write
+    // is reported in the registration's conditions and retried, never undoes anything.
+    let mut sync_status_failed = false;
+    if let Some(sync_statuses) = &ctx.feedback {
+        let inputs = feedback::Inputs {
+            repo: &repo,
+            platform_namespace: &namespace,
+            status: &status,
+            plan: &plan,
+            executed: &executed,
+            previous: None,
+            now: &now,
+        };
+        let outcome = feedback::report(sync_statuses, &ctx.writer, ctx.recorder.as_ref(), inputs)
+            .instrument(tracing::info_span!("feedback"))
+            .await;
+        if let Err(error) = &outcome {
+            tracing::warn!(%error, "writing the SyncStatus failed; retried");
+            sync_status_failed = true;
+        }
+        feedback::record_outcome(&mut status, &outcome, &now);
+    }
     let report = ApplyReport {
         registration: format!("{namespace}/{name}"),
         applied: executed.applied,
@@ -336,7 +370,12 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         return Err(Error::Apply(e));
     }
     tracing::debug!(applied = report.applied, pruned = report.pruned, "reconciled");
-    Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
+    let requeue = if sync_status_failed {
+        Some(plan.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY)))
+    } else {
+        plan.requeue
+    };
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
 /// Up to a tenth of the interval, varying between reconciles.
