@@ -15,8 +15,9 @@ use super::{
     REASON_SUCCEEDED, REASON_VALIDATION_FAILED, STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY,
 };
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
+use crate::apply::refusal::{Origin, Origins, Refusal};
 use crate::apply::server_side;
-use crate::apply::{inventory_of, prune_plan};
+use crate::apply::{entry_of, inventory_of, prune_plan};
 use crate::controller::conditions::{Health, Verdict};
 use crate::error::{Class, Classify, Schedule};
 use crate::manifests::{ApplySet, Content};
@@ -70,6 +71,9 @@ pub struct Plan {
     /// Every located problem of the evaluated revision (validation, or objects the API server
     /// refused), as data for the tenant's feedback; empty when there is none.
     pub problems: Vec<Problem>,
+    /// Where each object of `apply` came from (file, document, line), so that an object the API
+    /// server refuses is reported at its document ([`Plan::dry_run_refused`]).
+    pub origins: Origins,
 }
 
 /// What status records of an applied set.
@@ -101,6 +105,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         requeue: Some(requeue),
         gitlab: None,
         problems: Vec::new(),
+        origins: Origins::new(),
     };
 
     match observed {
@@ -117,6 +122,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             requeue: None,
             gitlab: None,
             problems: Vec::new(),
+            origins: Origins::new(),
         },
         Observed::InvalidSpec(message) => {
             let verdict = Verdict::new(false, REASON_INVALID_SPEC, &message);
@@ -156,6 +162,15 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         Observed::Fetched { revision, load: Ok(set) } => {
             let namespace = repo.spec.target_namespace.as_str();
             let objects = objects_of(&set, namespace);
+            // objects_of keeps the documents' order: the side table from each object to its file.
+            let origins = objects
+                .iter()
+                .zip(&set.documents)
+                .filter_map(|(object, document)| {
+                    let origin = Origin { file: document.file.clone(), document: document.index, line: document.line };
+                    Some((entry_of(object)?, origin))
+                })
+                .collect();
             let inventory = inventory_of(&objects);
             let digest = server_side::digest(&objects);
             let unchanged = status.last_applied_revision.as_deref() == Some(revision.as_str())
@@ -186,6 +201,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 requeue: Some(interval),
                 gitlab: None,
                 problems: Vec::new(),
+                origins,
             }
         }
     }
@@ -226,6 +242,32 @@ impl Plan {
             })
             .or(Some(Record { revision: String::new(), digest: String::new(), inventory }));
         self.failed(REASON_APPLY_FAILED, message, class)
+    }
+
+    /// The plan after the server-side dry run of the set (as `user`) was refused for
+    /// `refusals`: nothing was written, so nothing is recorded (the previous revision and
+    /// inventory stay as they are, no intent, no prune), every refused object is a located
+    /// problem, and `Applied` and `Ready` name each one with the API server's message.
+    pub fn dry_run_refused(mut self, refusals: &[Refusal], user: &str, class: Class) -> Plan {
+        let sent = self.apply.as_ref().map_or(0, Vec::len);
+        let problems: Vec<Problem> =
+            refusals.iter().flat_map(|refusal| refusal.problems(self.origins.get(&refusal.entry))).collect();
+        let revision = self.fetched_revision.as_deref().map(short).unwrap_or_default().to_owned();
+        let message = format!(
+            "revision {revision} was not applied: the API server refused {} of {sent} objects in a server-side dry run as {user}, so nothing was written: {}",
+            refusals.len(),
+            capped_list(&problems),
+        );
+        self.record = None;
+        self.problems = problems;
+        self.failed(REASON_APPLY_FAILED, message, class)
+    }
+
+    /// The located problem of the object the API server refused in the real apply (after the
+    /// dry run passed: a quota, a conflict, a permission changed in between).
+    pub fn with_refusal(mut self, refusal: &Refusal) -> Plan {
+        self.problems = refusal.problems(self.origins.get(&refusal.entry));
+        self
     }
 
     /// The plan after the set was applied but deleting an object that left Git failed: the
@@ -296,6 +338,19 @@ fn short(revision: &str) -> &str {
 /// `file:doc: field: message; …`.
 fn list(problems: &[Problem]) -> String {
     problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// Most problems a condition message lists (a condition message is bounded; every problem is in
+/// `Plan::problems`, which the tenant's SyncStatus carries).
+const LISTED_PROBLEMS: usize = 20;
+
+/// [`list`] of at most [`LISTED_PROBLEMS`], saying how many more there are.
+fn capped_list(problems: &[Problem]) -> String {
+    let listed = list(&problems[..problems.len().min(LISTED_PROBLEMS)]);
+    match problems.len().saturating_sub(LISTED_PROBLEMS) {
+        0 => listed,
+        more => format!("{listed}; and {more} more"),
+    }
 }
 
 #[cfg(test)]
