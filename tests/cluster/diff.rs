@@ -183,7 +183,7 @@ async fn diff_exits_2_naming_a_refused_object_and_a_located_problem() {
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains(&format!("deploy/ingress.yaml:1: Ingress {}/web was refused by the API server:", tenant.ns)),
+        stderr.contains(&format!("ingress.yaml:1: Ingress {}/web was refused by the API server:", tenant.ns)),
         "{stderr}"
     );
     assert!(stderr.contains("forbidden") && stderr.contains(&tenant.user()), "{stderr}");

@@ -68,13 +68,13 @@ async fn a_revision_with_refused_objects_writes_nothing_names_every_one_and_a_go
     assert!(message.contains("refused 2 of 5 objects in a server-side dry run"), "{message}");
     assert!(message.contains(&tenant.user()) && message.contains("nothing was written"), "{message}");
     assert!(
-        message.contains(&format!("deploy/ingress.yaml:1: Ingress {}/web was refused by the API server:", tenant.ns)),
+        message.contains(&format!("ingress.yaml:1: Ingress {}/web was refused by the API server:", tenant.ns)),
         "{message}"
     );
     assert!(message.contains("ingresses.networking.k8s.io \"web\" is forbidden"), "{message}");
     assert!(
         message.contains(&format!(
-            "deploy/web.yaml:2: spec.replicas: Deployment {}/negative was refused by the API server: Invalid value: -1",
+            "web.yaml:2: spec.replicas: Deployment {}/negative was refused by the API server: Invalid value: -1",
             tenant.ns
         )),
         "{message}"
@@ -126,7 +126,7 @@ async fn an_unknown_field_is_a_located_error_of_strict_field_validation_not_a_dr
     eprintln!("Applied: {message}");
     assert!(
         message.contains(&format!(
-            "deploy/web.yaml:2: spec.replicass: unknown field: the API server's strict field validation refused Deployment {}/typo",
+            "web.yaml:2: spec.replicass: unknown field: the API server's strict field validation refused Deployment {}/typo",
             tenant.ns
         )),
         "{message}"
