@@ -179,7 +179,7 @@ async fn preview(args: &DiffArgs, policy: &Policy, set: &ApplySet) -> Result<(Ve
         impersonating_client(&caller, &tenant_user).map_err(|e| cluster_error("impersonating", e))?
     } else {
         notes.push(format!(
-            "dry run as the caller: it may not impersonate {tenant_user}, so the tenant's own permissions are not checked"
+            "dry run as the caller: it may not impersonate {tenant_user}, so the caller's rights are checked, not the tenant's (the same when the caller is bound to the tenant Role, as docs/validate-in-ci.md sets up)"
         ));
         caller.clone()
     };

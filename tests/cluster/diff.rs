@@ -194,3 +194,63 @@ async fn diff_exits_2_naming_a_refused_object_and_a_located_problem() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("broken.yaml:1: apiVersion"), "{}", text(&out.stderr));
 }
+
+#[tokio::test]
+async fn the_documented_ci_service_account_previews_with_dry_runs_and_cannot_write() {
+    let test = "the_documented_ci_service_account_previews_with_dry_runs_and_cannot_write";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    // Suspended: the controller applies nothing; the namespace is empty but for the onboarding.
+    let tenant = Tenant::onboard_with(cluster, &[("deploy/settings.yaml", CONFIG_MAP)], "  suspend: true\n");
+    let ns = tenant.ns.as_str();
+    let example = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/platform/ci-diff-rbac.yaml"))
+        .expect("read the CI RBAC example");
+    let admin = cluster.admin_kubeconfig();
+    kubectl_file(cluster, &admin, "apply", &example.replace("team-payments", ns), &[]).success();
+    let ci = cluster.service_account_kubeconfig(ns, "cdtarget-diff").await;
+
+    // The attacker holding the CI token: any write is refused once the policy is enforced (no
+    // signal tells when a new ValidatingAdmissionPolicy is in force: probe shortly).
+    // A probe written before then is removed again by the admin.
+    let started = Instant::now();
+    let refused = loop {
+        let out = cluster.kubectl_as(&ci, &["create", "configmap", "stolen", "-n", ns, "--from-literal=a=b"]);
+        let stderr = String::from_utf8_lossy(&out.output.stderr).into_owned();
+        if stderr.contains("may only send server-side dry runs") {
+            break stderr;
+        }
+        if out.output.status.success() {
+            cluster.kubectl(&["delete", "configmap", "stolen", "-n", ns]).success();
+        }
+        assert!(started.elapsed().as_secs() < 60, "the dry-run-only policy is not enforced: {stderr}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    eprintln!("[ci] write as cdtarget-diff refused after {:?}: {refused}", started.elapsed());
+    for args in [
+        &["delete", "rolebinding", "cdtarget-tenant", "-n", ns][..],
+        &["patch", "serviceaccount", "cdtarget-tenant", "-n", ns, "-p", r#"{"metadata":{"labels":{"x":"y"}}}"#][..],
+    ] {
+        let out = cluster.kubectl_as(&ci, args);
+        assert!(!out.output.status.success(), "the CI token could {args:?}");
+    }
+
+    // What it is for: the preview, as the caller, with the tenant's rights.
+    let tree = tree(&[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let out = diff(tree.path(), ns, &ci, &["-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let entries: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let created: Vec<(&str, &str, &str)> = entries
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["kind"].as_str().unwrap(), e["preview"].as_str().unwrap()))
+        .collect();
+    assert!(created.contains(&("create", "ConfigMap", "server-dry-run")), "{created:?}");
+    assert!(created.contains(&("create", "CDTarget", "server-dry-run")), "{created:?}");
+    // Children: the CI account may not write NetworkPolicies, so they are compared client-side.
+    assert!(created.contains(&("create", "NetworkPolicy", "client-side")), "{created:?}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("dry run as the caller") && stderr.contains("previewed client-side"), "{stderr}");
+    // Nothing was written by the preview.
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(cluster.admin_client().await, ns);
+    for name in ["pipeline-settings", "stolen"] {
+        assert!(maps.get_opt(name).await.expect("get").is_none(), "{name} exists");
+    }
+}
