@@ -61,8 +61,9 @@ pub struct DiffArgs {
     #[arg(long, value_name = "NAME", default_value = "cdtarget-tenant")]
     pub service_account: String,
     /// The registration (TenantRepository name) whose `SyncStatus` inventory says what would be
-    /// pruned; needed only when several registrations target the namespace.
-    #[arg(long, value_name = "NAME")]
+    /// pruned; needed only when several registrations target the namespace. (Not
+    /// `--registration`: `gitlab-sync` takes a registration FILE under that name.)
+    #[arg(long = "registration-name", value_name = "NAME")]
     pub registration: Option<String>,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = DiffOutput::Text, value_name = "FORMAT")]
@@ -271,7 +272,7 @@ async fn preview(args: &DiffArgs, policy: &Policy, set: &ApplySet) -> Result<(Ve
             }
         }
         Ok(None) => notes.push(format!(
-            "prunes are unknown: no SyncStatus of {} in {namespace} (give --registration NAME when several registrations target it)",
+            "prunes are unknown: no SyncStatus of {} in {namespace} (give --registration-name NAME when several registrations target it)",
             args.registration.as_deref().unwrap_or("a registration")
         )),
         Err(message) => notes.push(format!("prunes are unknown: {message}")),

@@ -164,7 +164,7 @@ async fn diff_previews_creates_changes_and_prunes_as_the_tenant_with_kubectl_dif
     assert!(!pruned.contains("aHVudGVyMi1pbi1naXQ=") && pruned.contains("***"), "{pruned}");
 
     // Without a SyncStatus naming the registration, prunes are unknown, and said so.
-    let out = diff(same.path(), ns, &admin, &["--registration", "someone-else"]).await;
+    let out = diff(same.path(), ns, &admin, &["--registration-name", "someone-else"]).await;
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stderr).contains("prunes are unknown"), "{}", text(&out.stderr));
 }
