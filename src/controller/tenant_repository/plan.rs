@@ -539,4 +539,55 @@ mod tests {
         assert_eq!(status.inventory, [entry("a"), entry("old")]);
         assert!(status.conditions.iter().any(|c| c.type_ == APPLIED && c.reason == REASON_APPLY_FAILED));
     }
+
+    #[test]
+    fn a_refused_dry_run_writes_and_records_nothing_and_locates_every_refused_object() {
+        let status = applied_abc(vec![entry("old")]);
+        let repo = repo(true, Some(status));
+        let mut set = config_map("a");
+        set.documents.extend(config_map("b").documents);
+        set.documents[1].file = "b.yaml".into();
+        set.documents[1].index = 2;
+        let planned = plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(set) }, Duration::ZERO);
+        assert!(planned.intent.is_some(), "new objects: an intent record was planned");
+        let refused = |name: &str, message: &str| Refusal {
+            entry: planned.origins.keys().find(|e| e.name == name).expect("an origin").clone(),
+            code: 403,
+            message: message.into(),
+            causes: Vec::new(),
+            class: Class::Waiting,
+        };
+        let refusals = [refused("a", "forbidden a"), refused("b", "forbidden b")];
+        let failed = planned.dry_run_refused(&refusals, "system:serviceaccount:team-a:deployer", Class::Waiting);
+        // Nothing is written: no apply, no prune, no intent, and the record stays the previous one.
+        assert_eq!((failed.apply.clone(), failed.prune.clone(), failed.intent.clone()), (None, vec![], None));
+        assert_eq!(failed.record, None);
+        let status = next_status(&repo, &failed, None, &Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(
+            (status.last_applied_revision.as_deref(), status.inventory.clone()),
+            (Some("abc"), vec![entry("old")])
+        );
+        // Every refused object, located, in the plan and in Applied and Ready.
+        let shown: Vec<String> = failed.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 2);
+        assert!(
+            shown[0].starts_with("a.yaml:1: ConfigMap ")
+                && shown[0].ends_with("/a was refused by the API server: forbidden a"),
+            "{shown:?}"
+        );
+        assert!(shown[1].starts_with("b.yaml:2: ConfigMap "), "{shown:?}");
+        let applied = failed.applied.clone().expect("Applied");
+        assert_eq!(applied.reason, REASON_APPLY_FAILED);
+        assert!(applied.message.contains("refused 2 of 2 objects in a server-side dry run as system:serviceaccount:team-a:deployer, so nothing was written"), "{}", applied.message);
+        assert!(applied.message.contains(&shown[0]) && applied.message.contains(&shown[1]), "{}", applied.message);
+        assert!(matches!(&failed.health, Some(Health::Progressing { message, .. }) if *message == applied.message));
+    }
+
+    #[test]
+    fn a_condition_lists_at_most_twenty_problems_and_counts_the_rest() {
+        let problems: Vec<Problem> = (0..25).map(|i| Problem::field("", format!("p{i}"))).collect();
+        let listed = capped_list(&problems);
+        assert!(listed.contains("p19") && !listed.contains("p20"), "{listed}");
+        assert!(listed.ends_with("; and 5 more"), "{listed}");
+    }
 }
