@@ -1,12 +1,14 @@
 //! Everything the controller writes, and what it decides about tenant sets: what goes into the
 //! inventory and what leaves the cluster when it leaves Git ([`inventory`], pure), which objects
-//! drifted ([`drift`], pure), which kinds the cluster serves ([`discovery`]), how tenant objects
+//! drifted ([`drift`], pure), what the API server said when it refused an object
+//! ([`refusal`], pure), which kinds the cluster serves ([`discovery`]), how tenant objects
 //! are applied as the tenant ([`server_side`]), and the one executor of every write
 //! ([`writer`]).
 
 pub mod discovery;
 pub mod drift;
 pub mod inventory;
+pub mod refusal;
 pub mod server_side;
 pub mod writer;
 

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use http::HeaderValue;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, ValidationDirective};
 use kube::error::DiscoveryError;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -79,6 +79,21 @@ pub fn impersonating_client(base: &Client, user: &str) -> Result<Client, kube::E
 pub const APPLYING: &str = "applying";
 /// [`ApplyError::verb`] of a refused deletion.
 pub const DELETING: &str = "deleting";
+/// [`ApplyError::verb`] of an object refused in a server-side dry run.
+pub const DRY_RUNNING: &str = "dry-running";
+
+/// The parameters of every apply made as a tenant: its field manager, forcing ownership of what
+/// it sets, and strict field validation (an unknown or duplicate field is refused, never silently
+/// dropped); `dry_run` asks for `dryRun=All` (admission, validation and defaulting run, nothing
+/// is persisted).
+pub fn tenant_apply_params(dry_run: bool) -> PatchParams {
+    PatchParams {
+        dry_run,
+        force: true,
+        field_manager: Some(TENANT_FIELD_MANAGER.to_owned()),
+        field_validation: Some(ValidationDirective::Strict),
+    }
+}
 
 /// A request of the apply or the prune that the API server refused.
 #[derive(Debug, thiserror::Error)]
@@ -126,12 +141,10 @@ pub(super) async fn apply_all(
     objects: &[Value],
     applied: impl Fn(&Value),
 ) -> Result<usize, ApplyError> {
-    let params = PatchParams::apply(TENANT_FIELD_MANAGER).force();
+    let params = tenant_apply_params(false);
     for object in objects {
         let Some(entry) = super::entry_of(object) else {
-            let unnamed = InventoryEntry { kind: "object".into(), ..InventoryEntry::default() };
-            let source = kube::Error::Service("it lacks apiVersion, kind, metadata.name or metadata.namespace".into());
-            return Err(error(APPLYING, &unnamed, source));
+            return Err(unnamed(APPLYING));
         };
         let resource = resource_of(discovery, &entry).await.map_err(|source| error(APPLYING, &entry, source))?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
@@ -145,6 +158,51 @@ pub(super) async fn apply_all(
         }
     }
     Ok(objects.len())
+}
+
+fn unnamed(verb: &'static str) -> ApplyError {
+    let unnamed = InventoryEntry { kind: "object".into(), ..InventoryEntry::default() };
+    let source = kube::Error::Service("it lacks apiVersion, kind, metadata.name or metadata.namespace".into());
+    error(verb, &unnamed, source)
+}
+
+/// Most dry-run requests in flight at once.
+const DRY_RUNS: usize = 8;
+
+/// Server-side dry run of every object as `client`'s user, with the parameters of the real apply
+/// ([`tenant_apply_params`]): every object is sent (a few at a time; nothing depends on an
+/// earlier one, since nothing is persisted) and answered, in the order of `objects`, with the
+/// object as the API server would have stored it, or with its refusal. `sent` is told of each
+/// object sent. Nothing is written.
+pub async fn dry_run_all(
+    client: &Client,
+    discovery: &Discovery,
+    objects: &[Value],
+    sent: impl Fn(&Value),
+) -> Vec<Result<Value, ApplyError>> {
+    let params = tenant_apply_params(true);
+    let runs: Vec<_> = objects
+        .iter()
+        .map(|object| {
+            sent(object);
+            dry_run_one(client, discovery, object, &params)
+        })
+        .collect();
+    futures::stream::iter(runs).buffered(DRY_RUNS).collect().await
+}
+
+async fn dry_run_one(
+    client: &Client,
+    discovery: &Discovery,
+    object: &Value,
+    params: &PatchParams,
+) -> Result<Value, ApplyError> {
+    let entry = super::entry_of(object).ok_or_else(|| unnamed(DRY_RUNNING))?;
+    let resource = resource_of(discovery, &entry).await.map_err(|source| error(DRY_RUNNING, &entry, source))?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, &resource);
+    let result = api.patch(&entry.name, params, &Patch::Apply(object)).await;
+    let result = result.map_err(|source| error(DRY_RUNNING, &entry, source))?;
+    serde_json::to_value(result).map_err(|e| error(DRY_RUNNING, &entry, kube::Error::SerdeError(e)))
 }
 
 /// Whether a tenant object, as just applied, still lists fields under the field manager the

@@ -175,7 +175,8 @@ impl Classify for WriteError {
 }
 
 /// Told of every write sent: its verb (`apply`, `delete`, `status`, `finalizers`, `create`,
-/// `patch`) and the kind written.
+/// `patch`) and the kind written; and of every server-side dry run sent, as the verb
+/// [`DRY_RUN`] (not a write: nothing is persisted; the metrics count it apart).
 pub type WriteObserver = Arc<dyn Fn(&'static str, &str) + Send + Sync>;
 
 /// Executes [`Write`]s: the controller's only way to change the cluster.
@@ -250,6 +251,21 @@ impl Writer {
     pub async fn drifted(&self, user: &str, objects: Vec<Value>) -> Result<Vec<Value>, WriteError> {
         let tenant = self.tenant(user)?;
         Ok(server_side::drifted(&tenant, &self.discovery, objects).await)
+    }
+
+    /// Server-side dry run of `objects` as `user` (`dryRun=All`, the tenant field manager,
+    /// strict field validation and impersonation of the real apply): every object is sent and
+    /// every refusal returned, in the order of `objects`; empty when the API server would accept
+    /// them all. Nothing is written; each request is reported to the observer as [`DRY_RUN`].
+    pub async fn dry_run(&self, user: &str, objects: &[Value]) -> Result<Vec<ApplyError>, WriteError> {
+        let tenant = self.tenant(user)?;
+        let sent = |object: &Value| {
+            if let Some(entry) = super::entry_of(object) {
+                self.record(DRY_RUN, &entry.kind, &entry.namespace, &entry.name);
+            }
+        };
+        let answers = server_side::dry_run_all(&tenant, &self.discovery, objects, sent).await;
+        Ok(answers.into_iter().filter_map(Result::err).collect())
     }
 
     /// Sends `write`.
@@ -386,6 +402,9 @@ impl Writer {
         }
     }
 }
+
+/// The observer's verb of a server-side dry-run request ([`Writer::dry_run`]).
+pub const DRY_RUN: &str = "dry-run";
 
 /// [`ApplyError::verb`] of a refused status write.
 pub const WRITING_STATUS: &str = "writing the status of";

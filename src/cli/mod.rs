@@ -1,7 +1,8 @@
-//! The command line: `render`, `validate`, `crds`, `controller`, `webhook-path`, `gitlab-sync`,
-//! `reconcile`, `completion` and `version`.
+//! The command line: `render`, `validate`, `diff`, `crds`, `controller`, `webhook-path`,
+//! `gitlab-sync`, `reconcile`, `completion` and `version`.
 
 pub mod completion;
+pub mod diff;
 pub mod gitlab_sync;
 pub mod reconcile;
 mod remote;
@@ -54,6 +55,11 @@ pub enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Text, value_name = "FORMAT")]
         output: Output,
     },
+    /// Show what a push would create, change and prune in the tenant namespace: every object
+    /// server-side dry-run as the tenant's ServiceAccount, CDTarget children included, as a
+    /// unified diff per object (or `--output json`). Exit codes as `kubectl diff`: 0 no
+    /// differences, 1 differences, 2 an error (the located problems on stderr).
+    Diff(diff::DiffArgs),
     /// Print the CustomResourceDefinitions of CDTarget and TenantRepository.
     Crds {
         /// Write one file per CRD into this directory (as committed under `deploy/crds/`)
@@ -153,6 +159,7 @@ pub fn main() -> ExitCode {
         Command::Controller(args) => return crate::controller::process::main(args),
         Command::GitlabSync(args) => return gitlab_sync::main(&args),
         Command::Reconcile(args) => return reconcile::main(&args),
+        Command::Diff(args) => return diff::main(&args),
         command => Cli { command },
     };
     let stdout = io::stdout();
@@ -167,7 +174,9 @@ pub fn main() -> ExitCode {
         }
         Command::Completion { shell } => completion::completion_command(shell, &mut stdout.lock()),
         Command::Version { output } => version::version_command(output, &mut stdout.lock()),
-        Command::Controller(_) | Command::GitlabSync(_) | Command::Reconcile(_) => unreachable!("handled above"),
+        Command::Controller(_) | Command::GitlabSync(_) | Command::Reconcile(_) | Command::Diff(_) => {
+            unreachable!("handled above")
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

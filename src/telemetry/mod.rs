@@ -232,6 +232,9 @@ pub struct Metrics {
     /// Writes the controller sent to the API server, per verb and kind (every write passes
     /// through `apply::writer`, which counts it here).
     pub writes: Family<WriteLabels, Counter>,
+    /// Server-side dry-run requests (the all-or-nothing check before a tenant apply), per kind:
+    /// not writes, nothing is persisted, so never in `writes`.
+    pub dry_runs: Family<KindLabels, Counter>,
     /// The webhook receiver's requests and handling time.
     pub webhook: WebhookMetrics,
     /// 1 per object whose Ready condition is True, 0 otherwise (suspended ones included).
@@ -280,6 +283,12 @@ impl Default for Metrics {
         registry.register("managed_objects", "Objects in each registration's inventory", managed_objects.clone());
         let writes = Family::<WriteLabels, Counter>::default();
         registry.register("api_writes", "Writes sent to the API server, per verb and kind", writes.clone());
+        let dry_runs = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "api_dry_runs",
+            "Server-side dry-run requests sent before tenant applies (nothing persisted), per kind",
+            dry_runs.clone(),
+        );
         let webhook = WebhookMetrics::default();
         registry.register(
             "webhook_requests",
@@ -318,6 +327,7 @@ impl Default for Metrics {
             reconcile_duration,
             reconciles,
             writes,
+            dry_runs,
             webhook,
             object_ready,
             leader,
@@ -378,8 +388,13 @@ impl Metrics {
         self.gitlab_requests.get_or_create(&GitLabLabels { method: method.to_owned(), result }).inc();
     }
 
-    /// Counts one write of `verb` to an object of `kind`.
+    /// Counts one write of `verb` to an object of `kind`; the writer's dry runs (verb
+    /// `dry-run`) are counted in `cdtarget_api_dry_runs_total` instead, never as writes.
     pub fn count_write(&self, verb: &'static str, kind: &str) {
+        if verb == crate::apply::writer::DRY_RUN {
+            self.dry_runs.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
+            return;
+        }
         self.writes.get_or_create(&WriteLabels { verb, kind: kind.to_owned() }).inc();
     }
 
@@ -584,6 +599,15 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("cdtarget_api_writes_total{verb=\"apply\",kind=\"ConfigMap\"} 2"), "{text}");
         assert!(text.contains("cdtarget_api_writes_total{verb=\"status\",kind=\"CDTarget\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn dry_runs_are_counted_apart_from_writes() {
+        let metrics = Metrics::default();
+        metrics.count_write(crate::apply::writer::DRY_RUN, "ConfigMap");
+        let text = metrics.encode();
+        assert!(text.contains("cdtarget_api_dry_runs_total{kind=\"ConfigMap\"} 1"), "{text}");
+        assert!(!text.contains("cdtarget_api_writes_total{"), "a dry run counted as a write: {text}");
     }
 
     fn condition(type_: &str, status: &str) -> Condition {

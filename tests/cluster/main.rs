@@ -12,6 +12,8 @@ mod common;
 mod admission;
 mod conflicts;
 mod controller;
+mod diff;
+mod dry_run;
 mod external;
 mod feedback;
 mod install;

@@ -195,6 +195,12 @@ async fn forward(State(shared): State<Shared>, request: Request) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, BODY_LIMIT).await else {
         return (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response();
     };
+    // kube-fake-client ignores `dryRun=All` and would persist the object: the bridge answers a
+    // dry run itself, accepting it and echoing the body, with nothing stored (the real API
+    // server's refusals are tested on the real control plane, tests/cluster/dry_run.rs).
+    if parts.uri.query().is_some_and(|query| query.split('&').any(|pair| pair == "dryRun=All")) {
+        return (StatusCode::OK, [(http::header::CONTENT_TYPE, "application/json")], bytes).into_response();
+    }
     let mut forwarded = http::Request::builder().method(parts.method).uri(parts.uri);
     for (name, value) in &parts.headers {
         forwarded = forwarded.header(name, value);

@@ -951,9 +951,16 @@ pub struct AuditEvent {
 }
 
 impl AuditEvent {
-    /// Whether the request writes (`create`, `update`, `patch`, `delete`, `deletecollection`).
+    /// Whether the request writes (`create`, `update`, `patch`, `delete`, `deletecollection`);
+    /// a server-side dry run (`dryRun=All`) persists nothing and is no write.
     pub fn is_mutating(&self) -> bool {
         matches!(self.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
+            && !self.is_dry_run()
+    }
+
+    /// Whether the request is a server-side dry run (`dryRun=All` in its URI).
+    pub fn is_dry_run(&self) -> bool {
+        self.uri.split_once('?').is_some_and(|(_, query)| query.split('&').any(|pair| pair == "dryRun=All"))
     }
 
     /// The identity the request was authorized as: the impersonated user, else the user.

@@ -477,6 +477,28 @@ async fn spec_timeout_bounds_the_fetch_of_that_registration() {
 }
 
 /// The `fieldManager` query parameter of a request, if any.
+#[tokio::test]
+async fn the_whole_set_is_dry_run_as_the_tenant_before_the_first_write_all_with_strict_field_validation() {
+    let (fixture, _) = applied_once().await;
+    let wire = fixture.bridge.requests();
+    let tenant_path = format!("/namespaces/{TENANT}/");
+    let patches: Vec<&WireRequest> =
+        wire.iter().filter(|r| r.method == "PATCH" && r.path.contains(&tenant_path)).collect();
+    let dry_run = |r: &WireRequest| r.path.contains("dryRun=All");
+    let (dry_runs, writes): (Vec<&WireRequest>, Vec<&WireRequest>) = patches.iter().partition(|r| dry_run(r));
+    assert_eq!((dry_runs.len(), writes.len()), (3, 3), "each of the 3 objects dry-run, then written: {patches:#?}");
+    // Every dry run before the first write (the intent record is a write too: it comes between).
+    let first_write = wire.iter().position(|r| r.method == "PATCH" && !dry_run(r)).expect("a write");
+    let last_dry_run = wire.iter().rposition(dry_run).expect("a dry run");
+    assert!(last_dry_run < first_write, "a write before the dry run ended: {wire:#?}");
+    // The dry run is the apply it previews: tenant manager, forced, strict, impersonating.
+    for request in dry_runs.iter().chain(&writes) {
+        assert_eq!(field_manager(request), Some("cdtarget-tenant"), "{request:?}");
+        assert!(request.path.contains("force=true") && request.path.contains("fieldValidation=Strict"), "{request:?}");
+        assert_eq!(request.impersonate_user.as_deref(), Some("system:serviceaccount:team-a:deployer"), "{request:?}");
+    }
+}
+
 fn field_manager(request: &WireRequest) -> Option<&str> {
     let query = request.path.split_once('?')?.1;
     query.split('&').find_map(|pair| pair.strip_prefix("fieldManager="))
@@ -525,7 +547,10 @@ async fn fields_a_tenant_applied_under_the_old_field_manager_are_released_once_a
             .bridge
             .requests()
             .iter()
-            .filter(|r| r.method == "PATCH" && r.path.contains("/configmaps/settings"))
+            // The writes; the all-or-nothing dry run before them (`dryRun=All`) persists nothing.
+            .filter(|r| {
+                r.method == "PATCH" && r.path.contains("/configmaps/settings") && !r.path.contains("dryRun=All")
+            })
             .map(|r| format!("{} force={}", field_manager(r).unwrap_or("-"), r.path.contains("force=true")))
             .collect()
     };

@@ -284,6 +284,7 @@ mod tests {
             requeue: None,
             gitlab: None,
             problems,
+            origins: Default::default(),
         }
     }
 

@@ -362,6 +362,7 @@ mod tests {
             requeue: None,
             gitlab: None,
             problems,
+            origins: Default::default(),
         }
     }
 

@@ -289,6 +289,9 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     }
     let webhook = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
     let plan = plan::plan(&repo, observed, jitter(&repo.spec));
+    // All or nothing: what is to be sent is server-side dry-run as the tenant before anything
+    // is written; a refusal leaves no intent, no apply and no prune (the plan says so).
+    let (plan, checked) = execute::dry_run(&ctx.writer, &repo, plan).await;
     // Write-ahead: what the apply may create is in the inventory before it is created, or
     // nothing is applied (the reconcile fails and is retried).
     if let Some(intent) = &plan.intent {
@@ -302,7 +305,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     // `CommitStatusPosted`).
     let commit_feedback = commit_status::before_apply(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
 
-    let (plan, executed) = execute::apply_and_prune(&ctx.writer, &repo, plan).await;
+    let (plan, executed) = execute::apply_and_prune(&ctx.writer, &repo, plan, checked).await;
     // The tenant's client could not even be built: nothing was sent, nothing is reported.
     if let Some(WriteError::Impersonate { .. }) = &executed.failure {
         return Err(Error::Apply(executed.failure.expect("matched above")));

@@ -15,8 +15,9 @@ use super::{
     REASON_SUCCEEDED, REASON_VALIDATION_FAILED, STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY,
 };
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
+use crate::apply::refusal::{Origin, Origins, Refusal};
 use crate::apply::server_side;
-use crate::apply::{inventory_of, prune_plan};
+use crate::apply::{entry_of, inventory_of, prune_plan};
 use crate::controller::conditions::{Health, Verdict};
 use crate::error::{Class, Classify, Schedule};
 use crate::manifests::{ApplySet, Content};
@@ -70,6 +71,9 @@ pub struct Plan {
     /// Every located problem of the evaluated revision (validation, or objects the API server
     /// refused), as data for the tenant's feedback; empty when there is none.
     pub problems: Vec<Problem>,
+    /// Where each object of `apply` came from (file, document, line), so that an object the API
+    /// server refuses is reported at its document ([`Plan::dry_run_refused`]).
+    pub origins: Origins,
 }
 
 /// What status records of an applied set.
@@ -101,6 +105,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         requeue: Some(requeue),
         gitlab: None,
         problems: Vec::new(),
+        origins: Origins::new(),
     };
 
     match observed {
@@ -117,6 +122,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             requeue: None,
             gitlab: None,
             problems: Vec::new(),
+            origins: Origins::new(),
         },
         Observed::InvalidSpec(message) => {
             let verdict = Verdict::new(false, REASON_INVALID_SPEC, &message);
@@ -156,6 +162,15 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         Observed::Fetched { revision, load: Ok(set) } => {
             let namespace = repo.spec.target_namespace.as_str();
             let objects = objects_of(&set, namespace);
+            // objects_of keeps the documents' order: the side table from each object to its file.
+            let origins = objects
+                .iter()
+                .zip(&set.documents)
+                .filter_map(|(object, document)| {
+                    let origin = Origin { file: document.file.clone(), document: document.index, line: document.line };
+                    Some((entry_of(object)?, origin))
+                })
+                .collect();
             let inventory = inventory_of(&objects);
             let digest = server_side::digest(&objects);
             let unchanged = status.last_applied_revision.as_deref() == Some(revision.as_str())
@@ -186,6 +201,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 requeue: Some(interval),
                 gitlab: None,
                 problems: Vec::new(),
+                origins,
             }
         }
     }
@@ -226,6 +242,32 @@ impl Plan {
             })
             .or(Some(Record { revision: String::new(), digest: String::new(), inventory }));
         self.failed(REASON_APPLY_FAILED, message, class)
+    }
+
+    /// The plan after the server-side dry run of the set (as `user`) was refused for
+    /// `refusals`: nothing was written, so nothing is recorded (the previous revision and
+    /// inventory stay as they are, no intent, no prune), every refused object is a located
+    /// problem, and `Applied` and `Ready` name each one with the API server's message.
+    pub fn dry_run_refused(mut self, refusals: &[Refusal], user: &str, class: Class) -> Plan {
+        let sent = self.apply.as_ref().map_or(0, Vec::len);
+        let problems: Vec<Problem> =
+            refusals.iter().flat_map(|refusal| refusal.problems(self.origins.get(&refusal.entry))).collect();
+        let revision = self.fetched_revision.as_deref().map(short).unwrap_or_default().to_owned();
+        let message = format!(
+            "revision {revision} was not applied: the API server refused {} of {sent} objects in a server-side dry run as {user}, so nothing was written: {}",
+            refusals.len(),
+            capped_list(&problems),
+        );
+        self.record = None;
+        self.problems = problems;
+        self.failed(REASON_APPLY_FAILED, message, class)
+    }
+
+    /// The located problem of the object the API server refused in the real apply (after the
+    /// dry run passed: a quota, a conflict, a permission changed in between).
+    pub fn with_refusal(mut self, refusal: &Refusal) -> Plan {
+        self.problems = refusal.problems(self.origins.get(&refusal.entry));
+        self
     }
 
     /// The plan after the set was applied but deleting an object that left Git failed: the
@@ -296,6 +338,19 @@ fn short(revision: &str) -> &str {
 /// `file:doc: field: message; …`.
 fn list(problems: &[Problem]) -> String {
     problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// Most problems a condition message lists (a condition message is bounded; every problem is in
+/// `Plan::problems`, which the tenant's SyncStatus carries).
+const LISTED_PROBLEMS: usize = 20;
+
+/// [`list`] of at most [`LISTED_PROBLEMS`], saying how many more there are.
+fn capped_list(problems: &[Problem]) -> String {
+    let listed = list(&problems[..problems.len().min(LISTED_PROBLEMS)]);
+    match problems.len().saturating_sub(LISTED_PROBLEMS) {
+        0 => listed,
+        more => format!("{listed}; and {more} more"),
+    }
 }
 
 #[cfg(test)]
@@ -483,5 +538,56 @@ mod tests {
         assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
         assert_eq!(status.inventory, [entry("a"), entry("old")]);
         assert!(status.conditions.iter().any(|c| c.type_ == APPLIED && c.reason == REASON_APPLY_FAILED));
+    }
+
+    #[test]
+    fn a_refused_dry_run_writes_and_records_nothing_and_locates_every_refused_object() {
+        let status = applied_abc(vec![entry("old")]);
+        let repo = repo(true, Some(status));
+        let mut set = config_map("a");
+        set.documents.extend(config_map("b").documents);
+        set.documents[1].file = "b.yaml".into();
+        set.documents[1].index = 2;
+        let planned = plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(set) }, Duration::ZERO);
+        assert!(planned.intent.is_some(), "new objects: an intent record was planned");
+        let refused = |name: &str, message: &str| Refusal {
+            entry: planned.origins.keys().find(|e| e.name == name).expect("an origin").clone(),
+            code: 403,
+            message: message.into(),
+            causes: Vec::new(),
+            class: Class::Waiting,
+        };
+        let refusals = [refused("a", "forbidden a"), refused("b", "forbidden b")];
+        let failed = planned.dry_run_refused(&refusals, "system:serviceaccount:team-a:deployer", Class::Waiting);
+        // Nothing is written: no apply, no prune, no intent, and the record stays the previous one.
+        assert_eq!((failed.apply.clone(), failed.prune.clone(), failed.intent.clone()), (None, vec![], None));
+        assert_eq!(failed.record, None);
+        let status = next_status(&repo, &failed, None, &Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(
+            (status.last_applied_revision.as_deref(), status.inventory.clone()),
+            (Some("abc"), vec![entry("old")])
+        );
+        // Every refused object, located, in the plan and in Applied and Ready.
+        let shown: Vec<String> = failed.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 2);
+        assert!(
+            shown[0].starts_with("a.yaml:1: ConfigMap ")
+                && shown[0].ends_with("/a was refused by the API server: forbidden a"),
+            "{shown:?}"
+        );
+        assert!(shown[1].starts_with("b.yaml:2: ConfigMap "), "{shown:?}");
+        let applied = failed.applied.clone().expect("Applied");
+        assert_eq!(applied.reason, REASON_APPLY_FAILED);
+        assert!(applied.message.contains("refused 2 of 2 objects in a server-side dry run as system:serviceaccount:team-a:deployer, so nothing was written"), "{}", applied.message);
+        assert!(applied.message.contains(&shown[0]) && applied.message.contains(&shown[1]), "{}", applied.message);
+        assert!(matches!(&failed.health, Some(Health::Progressing { message, .. }) if *message == applied.message));
+    }
+
+    #[test]
+    fn a_condition_lists_at_most_twenty_problems_and_counts_the_rest() {
+        let problems: Vec<Problem> = (0..25).map(|i| Problem::field("", format!("p{i}"))).collect();
+        let listed = capped_list(&problems);
+        assert!(listed.contains("p19") && !listed.contains("p20"), "{listed}");
+        assert!(listed.ends_with("; and 5 more"), "{listed}");
     }
 }

@@ -1,0 +1,624 @@
+//! `cdtarget diff DIR|URL --namespace NS`: what a push would create, change and prune, before it
+//! is pushed. The tree is loaded exactly as `validate` and `render` load it (same source
+//! arguments, same loader), then every tenant object is server-side dry-run as the controller
+//! would apply it: as the tenant's ServiceAccount (impersonated when the caller may, else as the
+//! caller, said on stderr), with the tenant field manager and strict field validation. Each
+//! result is compared with the live object, noise stripped and Secret values masked as `kubectl
+//! diff` masks them. The children the controller renders for every CDTarget are previewed too:
+//! server-side dry-run with the controller's field manager when the caller may write them, else
+//! compared client-side (the fields the controller sets, against the live object), and each says
+//! which. Prunes come from the inventory of the registration's `SyncStatus` in the namespace.
+//!
+//! Exit codes as `kubectl diff`: 0 no differences, 1 differences, 2 an error (bad input, an
+//! object the API server refuses, no cluster), with the located problems on stderr.
+
+use std::collections::BTreeSet;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::{Client, Config, Resource};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::SourceArgs;
+use crate::api::tenant_repository::InventoryEntry;
+use crate::api::{CDTarget, FIELD_MANAGER, SyncStatus, labels};
+use crate::apply::discovery::{Discovery, Lookup};
+use crate::apply::drift::live_matches;
+use crate::apply::refusal::{Origin, Origins, Refusal};
+use crate::apply::server_side::{self, impersonating_client, service_account_user};
+use crate::apply::{entry_of, prune_plan};
+use crate::controller::tenant_repository::objects_of;
+use crate::manifests::ApplySet;
+use crate::policy::Policy;
+use crate::problem::Problem;
+use crate::render::{self, Scaling, SecretDigests};
+
+/// Exit code: differences found.
+pub const EXIT_DIFFERENT: u8 = 1;
+/// Exit code: an error (bad input, a refused object, no cluster).
+pub const EXIT_ERROR: u8 = 2;
+
+/// Arguments of `diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// Where the manifests come from, and the tenant namespace (`--namespace`).
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// The kubeconfig file. Default: `$KUBECONFIG`, `~/.kube/config`, or the in-cluster
+    /// ServiceAccount.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use. Default: its current context.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The tenant's ServiceAccount in the namespace (the registration's
+    /// `spec.serviceAccountName`), impersonated for the dry run when the caller may.
+    #[arg(long, value_name = "NAME", default_value = "cdtarget-tenant")]
+    pub service_account: String,
+    /// The registration (TenantRepository name) whose `SyncStatus` inventory says what would be
+    /// pruned; needed only when several registrations target the namespace. (Not
+    /// `--registration`: `gitlab-sync` takes a registration FILE under that name.)
+    #[arg(long = "registration-name", value_name = "NAME")]
+    pub registration: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = DiffOutput::Text, value_name = "FORMAT")]
+    pub output: DiffOutput,
+}
+
+/// Output format of `diff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DiffOutput {
+    /// A unified diff per object, as `kubectl diff` prints.
+    Text,
+    /// One JSON array of `{"action", "apiVersion", "kind", "namespace", "name", "preview", "diff"}`.
+    Json,
+}
+
+/// What a push would do to one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// The object does not exist yet.
+    Create,
+    /// The object exists and would change.
+    Change,
+    /// The object left Git and would be deleted.
+    Prune,
+}
+
+/// How an object was previewed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preview {
+    /// A server-side dry run (admission, defaulting and validation ran).
+    ServerDryRun,
+    /// Compared on the client: the fields the controller sets, against the live object (the
+    /// caller may not write this kind, so the API server could not be asked).
+    ClientSide,
+    /// The live object, as the prune would delete it.
+    Live,
+}
+
+/// One object that would change.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// What would happen to it.
+    pub action: Action,
+    /// Its `apiVersion`.
+    pub api_version: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// How it was previewed.
+    pub preview: Preview,
+    /// The unified diff, live (`-`) against what the push would leave (`+`).
+    pub diff: String,
+}
+
+/// `cdtarget diff`: prints what a push would change; the exit code says whether anything would.
+pub fn main(args: &DiffArgs) -> ExitCode {
+    let (policy, set) = match super::load_source(&args.source) {
+        Ok(loaded) => loaded,
+        Err(problems) => return fail(&problems),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&[Problem::field("", format!("cannot start: {e}"))]),
+    };
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let outcome = runtime.block_on(preview(args, &policy, &set));
+    let (changes, notes) = match outcome {
+        Ok(previewed) => previewed,
+        Err(problems) => return fail(&problems),
+    };
+    let mut err = io::stderr().lock();
+    for note in &notes {
+        let _ = writeln!(err, "cdtarget diff: {note}");
+    }
+    let mut out = io::stdout().lock();
+    let written = match args.output {
+        DiffOutput::Text => changes.iter().try_for_each(|change| out.write_all(change.diff.as_bytes())),
+        DiffOutput::Json => {
+            serde_json::to_writer_pretty(&mut out, &changes).map_err(io::Error::other).and_then(|()| writeln!(out))
+        }
+    };
+    match written.and_then(|()| out.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => fail(&[Problem::field("", format!("writing: {e}"))]),
+        _ if changes.is_empty() => ExitCode::SUCCESS,
+        _ => ExitCode::from(EXIT_DIFFERENT),
+    }
+}
+
+fn fail(problems: &[Problem]) -> ExitCode {
+    let mut err = io::stderr().lock();
+    for problem in problems {
+        let _ = writeln!(err, "{problem}");
+    }
+    ExitCode::from(EXIT_ERROR)
+}
+
+/// The changes the set would make in the namespace, and notes for stderr (who the dry run
+/// acted as, how children were previewed, whether prunes are known).
+async fn preview(args: &DiffArgs, policy: &Policy, set: &ApplySet) -> Result<(Vec<Change>, Vec<String>), Vec<Problem>> {
+    let namespace = args.source.namespace.as_str();
+    let caller = client(args).await.map_err(|message| vec![Problem::field("", message)])?;
+    let cluster_error = |what: &str, e: kube::Error| vec![Problem::field("", format!("{what}: {e}"))];
+    let mut notes = Vec::new();
+
+    let tenant_user = service_account_user(namespace, &args.service_account);
+    let tenant = if may_impersonate(&caller, namespace, &args.service_account).await {
+        notes.push(format!("dry run as {tenant_user} (impersonated, as the controller applies)"));
+        impersonating_client(&caller, &tenant_user).map_err(|e| cluster_error("impersonating", e))?
+    } else {
+        notes.push(format!(
+            "dry run as the caller: it may not impersonate {tenant_user}, so the caller's rights are checked, not the tenant's (the same when the caller is bound to the tenant Role, as docs/validate-in-ci.md sets up)"
+        ));
+        caller.clone()
+    };
+    let discovery = Discovery::new(caller.clone());
+
+    // The tenant's objects, as the controller sends them.
+    let objects = objects_of(set, namespace);
+    let origins: Origins = objects
+        .iter()
+        .zip(&set.documents)
+        .filter_map(|(object, document)| {
+            Some((
+                entry_of(object)?,
+                Origin { file: document.file.clone(), document: document.index, line: document.line },
+            ))
+        })
+        .collect();
+    let answers = server_side::dry_run_all(&tenant, &discovery, &objects, |_| {}).await;
+    let mut refused = Vec::new();
+    let mut changes = Vec::new();
+    for (object, answer) in objects.iter().zip(answers) {
+        let entry = entry_of(object).unwrap_or_default();
+        match answer {
+            Err(e) => refused.extend(Refusal::of(entry.clone(), &e.source).problems(origins.get(&entry))),
+            Ok(after) => {
+                let resource = resource(&discovery, &entry).await.map_err(|e| cluster_error("discovery", e))?;
+                let live = get(&tenant, &resource, &entry).await.map_err(|e| cluster_error("reading", e))?;
+                changes.extend(compare(&entry, live, after, Preview::ServerDryRun));
+            }
+        }
+    }
+    if !refused.is_empty() {
+        return Err(refused);
+    }
+
+    // The children the controller renders for every CDTarget.
+    let keda = matches!(
+        discovery.lookup("keda.sh/v1alpha1", "ScaledObject").await.map_err(|e| cluster_error("discovery", e))?,
+        Lookup::Served { .. }
+    );
+    let scaling = if keda { Scaling::Keda } else { Scaling::Fixed };
+    let mut client_side = BTreeSet::new();
+    for target in set.cdtargets() {
+        for (resource, body) in children(&tenant, namespace, target, policy, scaling).await? {
+            let entry = entry_of(&body).unwrap_or_default();
+            let live = match get(&caller, &resource, &entry).await {
+                Ok(live) => live,
+                Err(_) => get(&tenant, &resource, &entry).await.ok().flatten(),
+            };
+            let api: Api<DynamicObject> = Api::namespaced_with(caller.clone(), namespace, &resource);
+            let params = PatchParams {
+                dry_run: true,
+                force: true,
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                field_validation: Some(ValidationDirective::Strict),
+            };
+            match api.patch(&entry.name, &params, &Patch::Apply(&body)).await {
+                Ok(after) => {
+                    let after = serde_json::to_value(after).unwrap_or_default();
+                    changes.extend(compare(&entry, live, after, Preview::ServerDryRun));
+                }
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    client_side.insert(entry.kind.clone());
+                    changes.extend(compare_client_side(&entry, live, &body));
+                }
+                Err(e) => {
+                    return Err(Refusal::of(entry, &e).problems(None));
+                }
+            }
+        }
+    }
+    if !client_side.is_empty() {
+        let kinds: Vec<String> = client_side.into_iter().collect();
+        notes.push(format!(
+            "CDTarget children ({}) previewed client-side: the caller may not write them, so the fields the controller sets are compared with the live objects",
+            kinds.join(", ")
+        ));
+    }
+
+    // What left Git, from the inventory the controller recorded.
+    match inventory(&caller, namespace, args.registration.as_deref()).await {
+        Ok(Some(previous)) => {
+            let current: Vec<InventoryEntry> = objects.iter().filter_map(entry_of).collect();
+            for entry in prune_plan(&previous, &current) {
+                let Ok(resource) = resource(&discovery, &entry).await else { continue };
+                if let Ok(Some(live)) = get(&tenant, &resource, &entry).await {
+                    changes.extend(prune(&entry, live));
+                }
+            }
+        }
+        Ok(None) => notes.push(format!(
+            "prunes are unknown: no SyncStatus of {} in {namespace} (give --registration-name NAME when several registrations target it)",
+            args.registration.as_deref().unwrap_or("a registration")
+        )),
+        Err(message) => notes.push(format!("prunes are unknown: {message}")),
+    }
+    Ok((changes, notes))
+}
+
+/// The caller's client for `--kubeconfig` and `--context`, or the environment's.
+async fn client(args: &DiffArgs) -> Result<Client, String> {
+    let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
+    // A YAML parser's message can quote the file's values, a token among them.
+    let said = |e: &KubeconfigError| match e {
+        KubeconfigError::Parse(_) => "not a valid kubeconfig (YAML); its content is not shown".to_owned(),
+        other => other.to_string(),
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig =
+                Kubeconfig::read_from(path).map_err(|e| format!("--kubeconfig {}: {}", path.display(), said(&e)))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| format!("--kubeconfig {}: {}", path.display(), said(&e)))?
+        }
+        None if args.context.is_some() => {
+            Config::from_kubeconfig(&options).await.map_err(|e| format!("--context: {}", said(&e)))?
+        }
+        None => {
+            Config::infer().await.map_err(|_| "no cluster: give --kubeconfig FILE, or set KUBECONFIG".to_owned())?
+        }
+    };
+    Client::try_from(config).map_err(|e| format!("cannot build a client: {e}"))
+}
+
+/// Whether the caller may impersonate the ServiceAccount (a SelfSubjectAccessReview).
+async fn may_impersonate(caller: &Client, namespace: &str, service_account: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("impersonate".into()),
+                resource: Some("serviceaccounts".into()),
+                namespace: Some(namespace.into()),
+                name: Some(service_account.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(caller.clone());
+    api.create(&PostParams::default(), &review)
+        .await
+        .is_ok_and(|answer| answer.status.is_some_and(|status| status.allowed))
+}
+
+async fn resource(discovery: &Discovery, entry: &InventoryEntry) -> Result<ApiResource, kube::Error> {
+    match discovery.lookup(&entry.api_version, &entry.kind).await? {
+        Lookup::Served { resource, .. } => Ok(resource),
+        _ => Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(entry.kind.clone()))),
+    }
+}
+
+async fn get(client: &Client, resource: &ApiResource, entry: &InventoryEntry) -> Result<Option<Value>, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &entry.namespace, resource);
+    Ok(api.get_opt(&entry.name).await?.and_then(|live| serde_json::to_value(live).ok()))
+}
+
+/// The children of `target` as the controller would send them: owned by the live CDTarget when
+/// there is one, with the digests of the Secrets the caller can read (else the live
+/// Deployment's digest, so that an unreadable Secret is not shown as a change).
+async fn children(
+    tenant: &Client,
+    namespace: &str,
+    target: &CDTarget,
+    policy: &Policy,
+    scaling: Scaling,
+) -> Result<Vec<(ApiResource, Value)>, Vec<Problem>> {
+    let mut target = target.clone();
+    let name = target.metadata.name.clone().unwrap_or_default();
+    let live: Api<CDTarget> = Api::namespaced(tenant.clone(), namespace);
+    if let Ok(Some(live)) = live.get_opt(&name).await {
+        target.metadata.uid = live.metadata.uid;
+    }
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(tenant.clone(), namespace);
+    let mut digests = SecretDigests::new();
+    for secret in render::referenced_secrets(&target).into_iter().chain(render::rolled_secrets(&target)) {
+        if let Ok(Some(read)) = secrets.get_opt(secret).await {
+            digests.insert(secret.to_owned(), render::secret_digest(&read.data.unwrap_or_default()));
+        }
+    }
+    let rendered = render::render(&target, policy, &digests, scaling)?;
+    let mut children = Vec::new();
+    if let Some(auth) = &rendered.trigger_authentication {
+        children.push(as_value(auth));
+    }
+    children.push(as_value(&rendered.network_policy));
+    let (resource, mut deployment) = as_value(&rendered.deployment);
+    let unreadable = render::referenced_secrets(&target).iter().any(|s| !digests.contains_key(*s));
+    if unreadable {
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(tenant.clone(), namespace);
+        if let Ok(Some(live)) = api.get_opt(&name).await {
+            let digest = live
+                .spec
+                .and_then(|spec| spec.template.metadata)
+                .and_then(|meta| meta.annotations)
+                .and_then(|annotations| annotations.get(labels::SECRETS_DIGEST).cloned());
+            if let (Some(digest), Some(annotations)) =
+                (digest, deployment.pointer_mut("/spec/template/metadata/annotations").and_then(Value::as_object_mut))
+            {
+                annotations.insert(labels::SECRETS_DIGEST.into(), Value::String(digest));
+            }
+        }
+    }
+    children.push((resource, deployment));
+    if let Some(scaled) = &rendered.scaled_object {
+        children.push(as_value(scaled));
+    }
+    Ok(children)
+}
+
+fn as_value<K>(object: &K) -> (ApiResource, Value)
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), Value::String(K::api_version(&()).into_owned()));
+        map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
+    }
+    (ApiResource::erase::<K>(&()), value)
+}
+
+/// The inventory of the registration's SyncStatus in `namespace`; `None` when there is none (or
+/// several and no `registration` picks one).
+async fn inventory(
+    caller: &Client,
+    namespace: &str,
+    registration: Option<&str>,
+) -> Result<Option<Vec<InventoryEntry>>, String> {
+    let api: Api<SyncStatus> = Api::namespaced(caller.clone(), namespace);
+    let list =
+        api.list(&Default::default()).await.map_err(|e| format!("listing the SyncStatuses of {namespace}: {e}"))?;
+    let mut matching: Vec<SyncStatus> = list
+        .items
+        .into_iter()
+        .filter(|s| {
+            registration.is_none_or(|name| s.spec.registration.name == name || s.metadata.name.as_deref() == Some(name))
+        })
+        .collect();
+    if matching.len() != 1 {
+        return Ok(None);
+    }
+    let status = matching.remove(0).status.unwrap_or_default();
+    Ok(Some(status.inventory.into_iter().filter(|e| e.namespace == namespace).collect()))
+}
+
+/// The change from `live` to `after` (both as the API server returned them), if any.
+pub fn compare(entry: &InventoryEntry, live: Option<Value>, after: Value, preview: Preview) -> Option<Change> {
+    let mut before = live.map(|live| normalize(&live));
+    let mut after = Some(normalize(&after));
+    if before == after {
+        return None;
+    }
+    let action = if before.is_some() { Action::Change } else { Action::Create };
+    mask_secret(&entry.kind, &mut before, &mut after);
+    Some(change(entry, action, preview, before.as_ref(), after.as_ref()))
+}
+
+/// The change of a child the caller may not dry-run: only the fields the controller sets
+/// (`desired`) are compared with the live object, so defaults and other managers' fields are
+/// not shown as changes.
+pub fn compare_client_side(entry: &InventoryEntry, live: Option<Value>, desired: &Value) -> Option<Change> {
+    let desired = normalize(desired);
+    match live {
+        None => Some(change(entry, Action::Create, Preview::ClientSide, None, Some(&desired))),
+        Some(live) if live_matches(&desired, &live) => None,
+        Some(live) => {
+            let before = project(&live, &desired);
+            Some(change(entry, Action::Change, Preview::ClientSide, Some(&before), Some(&desired)))
+        }
+    }
+}
+
+/// The prune of `live`.
+pub fn prune(entry: &InventoryEntry, live: Value) -> Option<Change> {
+    let mut before = Some(normalize(&live));
+    let mut after = None;
+    mask_secret(&entry.kind, &mut before, &mut after);
+    Some(change(entry, Action::Prune, Preview::Live, before.as_ref(), None))
+}
+
+fn change(
+    entry: &InventoryEntry,
+    action: Action,
+    preview: Preview,
+    before: Option<&Value>,
+    after: Option<&Value>,
+) -> Change {
+    Change {
+        action,
+        api_version: entry.api_version.clone(),
+        kind: entry.kind.clone(),
+        namespace: entry.namespace.clone(),
+        name: entry.name.clone(),
+        preview,
+        diff: unified(entry, before, after),
+    }
+}
+
+/// The fields of `live` at the places `desired` sets (lists element by element).
+fn project(live: &Value, desired: &Value) -> Value {
+    match (live, desired) {
+        (Value::Object(have), Value::Object(want)) => Value::Object(
+            want.iter().filter_map(|(key, value)| Some((key.clone(), project(have.get(key)?, value)))).collect(),
+        ),
+        (Value::Array(have), Value::Array(want)) => Value::Array(
+            have.iter().enumerate().map(|(i, h)| want.get(i).map_or_else(|| h.clone(), |w| project(h, w))).collect(),
+        ),
+        (have, _) => have.clone(),
+    }
+}
+
+/// Server-filled metadata and status removed: what is left is what a push decides.
+pub fn normalize(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+        if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+            for noise in ["managedFields", "resourceVersion", "generation", "uid", "creationTimestamp", "selfLink"] {
+                meta.remove(noise);
+            }
+            if meta.get("annotations").and_then(Value::as_object).is_some_and(Map::is_empty) {
+                meta.remove("annotations");
+            }
+        }
+    }
+    object
+}
+
+/// Secret values replaced as `kubectl diff` replaces them: `***` where both sides hold the same
+/// value, `*** (before)` and `*** (after)` where it changes. Nothing of a value is shown.
+pub fn mask_secret(kind: &str, before: &mut Option<Value>, after: &mut Option<Value>) {
+    if kind != "Secret" {
+        return;
+    }
+    for field in ["data", "stringData"] {
+        let old = before.as_ref().and_then(|b| b.get(field)).and_then(Value::as_object).cloned().unwrap_or_default();
+        let new = after.as_ref().and_then(|a| a.get(field)).and_then(Value::as_object).cloned().unwrap_or_default();
+        let masked = |side: &Map<String, Value>, other: &Map<String, Value>, label: &str| -> Map<String, Value> {
+            side.iter()
+                .map(|(key, value)| {
+                    let shown = match other.get(key) {
+                        Some(same) if same == value => "***".to_owned(),
+                        Some(_) => format!("*** ({label})"),
+                        None => "***".to_owned(),
+                    };
+                    (key.clone(), Value::String(shown))
+                })
+                .collect()
+        };
+        let (old_masked, new_masked) = (masked(&old, &new, "before"), masked(&new, &old, "after"));
+        for (side, masked) in [(before.as_mut(), old_masked), (after.as_mut(), new_masked)] {
+            if let Some(map) = side.and_then(Value::as_object_mut)
+                && map.contains_key(field)
+            {
+                map.insert(field.into(), Value::Object(masked));
+            }
+        }
+    }
+}
+
+/// A unified diff between the YAML of `before` and `after`, headed like `kubectl diff`'s.
+fn unified(entry: &InventoryEntry, before: Option<&Value>, after: Option<&Value>) -> String {
+    let yaml = |value: Option<&Value>| value.map(crate::yaml::to_yaml).unwrap_or_default();
+    let (old, new) = (yaml(before), yaml(after));
+    let group_version = entry.api_version.replace('/', ".");
+    let file = format!("{group_version}.{}.{}.{}", entry.kind, entry.namespace, entry.name);
+    let text = similar::TextDiff::from_lines(&old, &new);
+    let body =
+        text.unified_diff().context_radius(3).header(&format!("live/{file}"), &format!("merged/{file}")).to_string();
+    format!("diff -u -N live/{file} merged/{file}\n{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn entry(kind: &str) -> InventoryEntry {
+        InventoryEntry { api_version: "v1".into(), kind: kind.into(), namespace: "team-a".into(), name: "x".into() }
+    }
+
+    #[test]
+    fn server_noise_is_no_difference() {
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "uid": "1", "resourceVersion": "7", "managedFields": [{}], "creationTimestamp": "t"}, "data": {"a": "1"}});
+        let after = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "uid": "1", "resourceVersion": "8", "generation": 2}, "data": {"a": "1"}});
+        assert_eq!(compare(&entry("ConfigMap"), Some(live), after, Preview::ServerDryRun), None);
+    }
+
+    #[test]
+    fn a_changed_field_is_one_hunk_of_that_field() {
+        let live =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "1", "b": "2"}});
+        let after =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "1", "b": "3"}});
+        let change = compare(&entry("ConfigMap"), Some(live), after, Preview::ServerDryRun).expect("a change");
+        assert_eq!(change.action, Action::Change);
+        assert!(change.diff.starts_with("diff -u -N live/v1.ConfigMap.team-a.x merged/v1.ConfigMap.team-a.x\n"));
+        let changed: Vec<&str> = change
+            .diff
+            .lines()
+            .filter(|l| l.starts_with(['+', '-']) && !l.starts_with("+++") && !l.starts_with("---"))
+            .collect();
+        assert_eq!(changed, ["-  b: \"2\"", "+  b: \"3\""], "{}", change.diff);
+    }
+
+    #[test]
+    fn secret_values_never_show_only_whether_they_change() {
+        let live = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}, "data": {"same": "c2VjcmV0LTE=", "rotated": "b2xkLXZhbHVl"}});
+        let after = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}, "data": {"same": "c2VjcmV0LTE=", "rotated": "bmV3LXZhbHVl", "added": "YWRkZWQ="}});
+        let change = compare(&entry("Secret"), Some(live), after, Preview::ServerDryRun).expect("a change");
+        for value in ["c2VjcmV0LTE=", "b2xkLXZhbHVl", "bmV3LXZhbHVl", "YWRkZWQ="] {
+            assert!(!change.diff.contains(value), "{value} shown:\n{}", change.diff);
+        }
+        assert!(
+            change.diff.contains("-  rotated: '*** (before)'") || change.diff.contains("-  rotated: \"*** (before)\""),
+            "{}",
+            change.diff
+        );
+        assert!(change.diff.contains("*** (after)"), "{}", change.diff);
+        let pruned =
+            prune(&entry("Secret"), json!({"kind": "Secret", "data": {"k": "c2VjcmV0LTE="}})).expect("a prune");
+        assert!(!pruned.diff.contains("c2VjcmV0LTE="), "{}", pruned.diff);
+    }
+
+    #[test]
+    fn a_child_compared_client_side_shows_only_the_fields_the_controller_sets() {
+        let desired = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "x"}, "spec": {"egress": [{"ports": [{"port": 443}]}]}});
+        let same = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "x", "uid": "u"}, "spec": {"egress": [{"ports": [{"port": 443, "protocol": "TCP"}]}], "policyTypes": ["Egress"]}});
+        assert_eq!(compare_client_side(&entry("NetworkPolicy"), Some(same), &desired), None);
+        let drifted = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "x"}, "spec": {"egress": [], "policyTypes": ["Egress"]}});
+        let change = compare_client_side(&entry("NetworkPolicy"), Some(drifted), &desired).expect("a change");
+        assert_eq!((change.action, change.preview), (Action::Change, Preview::ClientSide));
+        assert!(!change.diff.contains("policyTypes"), "{}", change.diff);
+    }
+}

@@ -1,0 +1,256 @@
+//! `cdtarget diff` on the real control plane: a tenant's objects applied by the shared
+//! controller, then local trees previewed against them as the tenant's ServiceAccount (the admin
+//! kubeconfig may impersonate it), children and prunes included, with `kubectl diff`'s exit codes.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Instant;
+
+use cdtarget::api::CDTarget;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use serde_json::Value;
+
+use crate::common::cluster::{
+    CDTARGET, CONFIG_MAP, PLATFORM_NAMESPACE, Tenant, await_established, exists, installed_cluster, path_str, ready,
+    shared_controller,
+};
+use crate::common::{TestDir, test_dir};
+use crate::kit::kubectl_file;
+
+/// A tenant Secret from Git, with a value that must never be printed.
+const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app-credentials\ntype: Opaque\nstringData:\n  password: hunter2-in-git\n";
+/// The same Secret with a new value.
+const SECRET_ROTATED: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app-credentials\ntype: Opaque\nstringData:\n  password: rotated-in-git\n";
+
+/// A directory holding `files` (path, content) under `deploy/`.
+fn tree(files: &[(&str, &str)]) -> TestDir {
+    let dir = test_dir();
+    for (path, content) in files {
+        let file = dir.path().join(path);
+        fs::create_dir_all(file.parent().expect("a parent")).expect("create the directory");
+        fs::write(&file, content).expect("write the file");
+    }
+    dir
+}
+
+/// Runs `cdtarget diff DIR/deploy --namespace NS --kubeconfig FILE EXTRA...`, printing what it
+/// said and how long it took.
+async fn diff(dir: &Path, ns: &str, kubeconfig: &Path, extra: &[&str]) -> Output {
+    let started = Instant::now();
+    let source = dir.join("deploy");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_cdtarget"))
+        .args(["diff", path_str(&source), "--namespace", ns, "--kubeconfig", path_str(kubeconfig)])
+        .args(extra)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("cdtarget diff runs");
+    eprintln!(
+        "cdtarget diff {}: exit {:?} after {:?}\n--- stdout:\n{}--- stderr:\n{}",
+        extra.join(" "),
+        out.status.code(),
+        started.elapsed(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The lines a diff adds or removes, without its headers.
+fn changed_lines(diff: &str) -> Vec<&str> {
+    diff.lines().filter(|l| l.starts_with(['+', '-']) && !l.starts_with("+++") && !l.starts_with("---")).collect()
+}
+
+#[tokio::test]
+async fn diff_previews_creates_changes_and_prunes_as_the_tenant_with_kubectl_diffs_exit_codes() {
+    let test = "diff_previews_creates_changes_and_prunes_as_the_tenant_with_kubectl_diffs_exit_codes";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let applied =
+        [("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET), ("deploy/secret.yaml", SECRET)];
+    let tenant = Tenant::onboard(cluster, &applied);
+    let log = shared_controller(cluster).await;
+    tenant.until::<ConfigMap, _>("the tenant's ConfigMap", "pipeline-settings", exists, log).await;
+    tenant.until::<NetworkPolicy, _>("the NetworkPolicy child", "deploy-agents", exists, log).await;
+    tenant.until::<Deployment, _>("the Deployment child", "deploy-agents", exists, log).await;
+    tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
+    let admin = cluster.admin_kubeconfig();
+    let ns = tenant.ns.as_str();
+
+    // The repository as applied: no difference, no output, exit 0.
+    let same = tree(&applied);
+    let out = diff(same.path(), ns, &admin, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "an unchanged repository printed: {}", text(&out.stdout));
+    assert!(text(&out.stderr).contains(&format!("dry run as {}", tenant.user())), "{}", text(&out.stderr));
+
+    // A changed field, a new object, a rotated Secret: exit 1, a diff of exactly that.
+    let changed = tree(&[
+        ("deploy/settings.yaml", &CONFIG_MAP.replace("\"3\"", "\"5\"")),
+        ("deploy/agents.yaml", CDTARGET),
+        ("deploy/secret.yaml", SECRET_ROTATED),
+        ("deploy/new.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: brand-new\ndata:\n  A: \"1\"\n"),
+    ]);
+    let out = diff(changed.path(), ns, &admin, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("diff -u -N live/v1.ConfigMap.{ns}.pipeline-settings")), "{stdout}");
+    assert!(stdout.contains(&format!("diff -u -N live/v1.ConfigMap.{ns}.brand-new")), "{stdout}");
+    for secret in ["hunter2-in-git", "rotated-in-git", "aHVudGVyMi1pbi1naXQ=", "cm90YXRlZC1pbi1naXQ="] {
+        assert!(!stdout.contains(secret), "a Secret value was printed ({secret}):\n{stdout}");
+    }
+    assert!(stdout.contains("*** (before)") && stdout.contains("*** (after)"), "{stdout}");
+
+    // JSON, parsed back: one entry per object, the field's change in its diff.
+    let out = diff(changed.path(), ns, &admin, &["--output", "json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let entries: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let entry = |name: &str| {
+        entries.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no entry for {name}: {entries:#?}"))
+    };
+    let settings = entry("pipeline-settings");
+    assert_eq!((settings["action"].as_str(), settings["kind"].as_str()), (Some("change"), Some("ConfigMap")));
+    assert_eq!((settings["apiVersion"].as_str(), settings["namespace"].as_str()), (Some("v1"), Some(ns)));
+    let lines = changed_lines(settings["diff"].as_str().expect("a diff"));
+    assert_eq!(lines.len(), 2, "only the changed field: {lines:?}");
+    assert!(lines[0].contains("RETRIES") && lines[0].contains('3') && lines[1].contains('5'), "{lines:?}");
+    assert_eq!(entry("brand-new")["action"], "create");
+    assert_eq!(entry("app-credentials")["action"], "change");
+    assert_eq!(entries.len(), 3, "the CDTarget and its children are unchanged: {entries:#?}");
+
+    // A CDTarget change reaches its children: the NetworkPolicy and Deployment previews.
+    let moved = tree(&[
+        ("deploy/settings.yaml", CONFIG_MAP),
+        ("deploy/agents.yaml", &CDTARGET.replace("10.20.0.10", "10.20.0.11")),
+        ("deploy/secret.yaml", SECRET),
+    ]);
+    let out = diff(moved.path(), ns, &admin, &["-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let entries: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let policy = entries.iter().find(|e| e["kind"] == "NetworkPolicy").expect("the NetworkPolicy child");
+    assert_eq!((policy["action"].as_str(), policy["preview"].as_str()), (Some("change"), Some("server-dry-run")));
+    assert!(
+        policy["diff"].as_str().unwrap_or_default().contains("+      - ipBlock:\n+          cidr: 10.20.0.11/32")
+            || policy["diff"].as_str().unwrap_or_default().contains("10.20.0.11"),
+        "{policy:#?}"
+    );
+
+    // Prunes, from the SyncStatus inventory (written here as the controller would).
+    await_established(cluster, &["crd/syncstatuses.cdtarget.io"]);
+    let status = format!(
+        "apiVersion: cdtarget.io/v1alpha1\nkind: SyncStatus\nmetadata:\n  name: {ns}\n  namespace: {ns}\nspec:\n  registration: {{namespace: {PLATFORM_NAMESPACE}, name: {ns}}}\n  url: git://example/tenant.git\n"
+    );
+    kubectl_file(cluster, &admin, "apply", &status, &[]).success();
+    let inventory = format!(
+        r#"{{"status":{{"inventory":[{{"apiVersion":"v1","kind":"ConfigMap","namespace":"{ns}","name":"pipeline-settings"}},{{"apiVersion":"v1","kind":"Secret","namespace":"{ns}","name":"app-credentials"}},{{"apiVersion":"cdtarget.io/v1alpha1","kind":"CDTarget","namespace":"{ns}","name":"deploy-agents"}}]}}}}"#
+    );
+    cluster
+        .kubectl(&["patch", "syncstatus", ns, "-n", ns, "--subresource=status", "--type=merge", "-p", &inventory])
+        .success();
+    let without_secret = tree(&[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let out = diff(without_secret.path(), ns, &admin, &["-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let entries: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    assert_eq!((entries[0]["action"].as_str(), entries[0]["name"].as_str()), (Some("prune"), Some("app-credentials")));
+    let pruned = entries[0]["diff"].as_str().unwrap_or_default();
+    assert!(!pruned.contains("aHVudGVyMi1pbi1naXQ=") && pruned.contains("***"), "{pruned}");
+
+    // Without a SyncStatus naming the registration, prunes are unknown, and said so.
+    let out = diff(same.path(), ns, &admin, &["--registration-name", "someone-else"]).await;
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("prunes are unknown"), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn diff_exits_2_naming_a_refused_object_and_a_located_problem() {
+    let test = "diff_exits_2_naming_a_refused_object_and_a_located_problem";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    // Suspended: nothing applied; the diff alone talks to the cluster.
+    let tenant = Tenant::onboard_with(cluster, &[("deploy/settings.yaml", CONFIG_MAP)], "  suspend: true\n");
+    let admin = cluster.admin_kubeconfig();
+    let ingress = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: web\nspec:\n  defaultBackend:\n    service:\n      name: web\n      port:\n        number: 80\n";
+    let refused = tree(&[("deploy/settings.yaml", CONFIG_MAP), ("deploy/ingress.yaml", ingress)]);
+    let out = diff(refused.path(), &tenant.ns, &admin, &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("ingress.yaml:1: Ingress {}/web was refused by the API server:", tenant.ns)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("forbidden") && stderr.contains(&tenant.user()), "{stderr}");
+
+    // Bad input: the loader's located problem, exit 2, no request needed.
+    let broken = tree(&[("deploy/broken.yaml", "kind: ConfigMap\nmetadata:\n  name: no-api-version\n")]);
+    let out = diff(broken.path(), &tenant.ns, &admin, &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("broken.yaml:1: apiVersion"), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn the_documented_ci_service_account_previews_with_dry_runs_and_cannot_write() {
+    let test = "the_documented_ci_service_account_previews_with_dry_runs_and_cannot_write";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    // Suspended: the controller applies nothing; the namespace is empty but for the onboarding.
+    let tenant = Tenant::onboard_with(cluster, &[("deploy/settings.yaml", CONFIG_MAP)], "  suspend: true\n");
+    let ns = tenant.ns.as_str();
+    let example = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/platform/ci-diff-rbac.yaml"))
+        .expect("read the CI RBAC example");
+    let admin = cluster.admin_kubeconfig();
+    kubectl_file(cluster, &admin, "apply", &example.replace("team-payments", ns), &[]).success();
+    let ci = cluster.service_account_kubeconfig(ns, "cdtarget-diff").await;
+
+    // The attacker holding the CI token: any write is refused once the policy is enforced (no
+    // signal tells when a new ValidatingAdmissionPolicy is in force: probe shortly).
+    // A probe written before then is removed again by the admin.
+    let started = Instant::now();
+    let refused = loop {
+        let out = cluster.kubectl_as(&ci, &["create", "configmap", "stolen", "-n", ns, "--from-literal=a=b"]);
+        let stderr = String::from_utf8_lossy(&out.output.stderr).into_owned();
+        if stderr.contains("may only send server-side dry runs") {
+            break stderr;
+        }
+        if out.output.status.success() {
+            cluster.kubectl(&["delete", "configmap", "stolen", "-n", ns]).success();
+        }
+        assert!(started.elapsed().as_secs() < 60, "the dry-run-only policy is not enforced: {stderr}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    eprintln!("[ci] write as cdtarget-diff refused after {:?}: {refused}", started.elapsed());
+    for args in [
+        &["delete", "rolebinding", "cdtarget-tenant", "-n", ns][..],
+        &["patch", "serviceaccount", "cdtarget-tenant", "-n", ns, "-p", r#"{"metadata":{"labels":{"x":"y"}}}"#][..],
+    ] {
+        let out = cluster.kubectl_as(&ci, args);
+        assert!(!out.output.status.success(), "the CI token could {args:?}");
+    }
+
+    // What it is for: the preview, as the caller, with the tenant's rights.
+    let tree = tree(&[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    let out = diff(tree.path(), ns, &ci, &["-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let entries: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let created: Vec<(&str, &str, &str)> = entries
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["kind"].as_str().unwrap(), e["preview"].as_str().unwrap()))
+        .collect();
+    assert!(created.contains(&("create", "ConfigMap", "server-dry-run")), "{created:?}");
+    assert!(created.contains(&("create", "CDTarget", "server-dry-run")), "{created:?}");
+    // Children: the CI account may not write NetworkPolicies, so they are compared client-side.
+    assert!(created.contains(&("create", "NetworkPolicy", "client-side")), "{created:?}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("dry run as the caller") && stderr.contains("previewed client-side"), "{stderr}");
+    // Nothing was written by the preview.
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(cluster.admin_client().await, ns);
+    for name in ["pipeline-settings", "stolen"] {
+        assert!(maps.get_opt(name).await.expect("get").is_none(), "{name} exists");
+    }
+}
