@@ -13,6 +13,7 @@ mod admission;
 mod conflicts;
 mod controller;
 mod external;
+mod health;
 mod install;
 mod kit;
 mod policy;

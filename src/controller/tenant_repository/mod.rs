@@ -17,6 +17,7 @@ pub mod observe;
 pub mod plan;
 pub mod secrets;
 pub mod status;
+pub mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -275,6 +276,10 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         tracing::Span::current().record("revision", revision);
     }
     let webhook = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
+    let locations = match &repo.spec.wait {
+        Some(_) => wait::locations(&observed, &repo.spec.target_namespace),
+        None => Default::default(),
+    };
     let plan = plan::plan(&repo, observed, jitter(&repo.spec));
     // Write-ahead: what the apply may create is in the inventory before it is created, or
     // nothing is applied (the reconcile fails and is retried).
@@ -291,13 +296,19 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         return Err(Error::Apply(executed.failure.expect("matched above")));
     }
 
+    // spec.wait: Ready only once what was applied is healthy (kstatus).
+    let (plan, health_check) = wait::wait(&ctx.writer, &repo, plan, &executed, &locations, Timestamp::now())
+        .instrument(tracing::info_span!("wait"))
+        .await;
+
     // After the apply and whatever its outcome: a GitLab failure never blocks or undoes it.
     let step = match prepared {
         Ok(()) => gitlab_step::sync(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await,
         Err(e) => Err(e),
     };
     let plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
-    let status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
+    let mut status = next_status(&repo, &plan, webhook, &Time(Timestamp::now()));
+    status.health_check = health_check;
     let report = ApplyReport {
         registration: format!("{namespace}/{name}"),
         applied: executed.applied,
