@@ -228,6 +228,8 @@ async fn a_reconcile_request_costs_one_status_write_recording_it_and_the_next_pa
 async fn a_child_changed_by_someone_else_is_applied_again() {
     let cluster = cluster_with_target(true).await;
     cluster.reconcile().await;
+    // Settled: the second pass reads the agents the first wrote (and records that).
+    cluster.reconcile().await;
     // Someone opens every port: drop the port list of the first egress rule.
     let mut policy = network_policy(&cluster).await;
     policy.spec.as_mut().unwrap().egress.as_mut().unwrap()[0].ports = None;
