@@ -2,21 +2,30 @@
 //! its agents run (and its ScaledObject is Ready, KEDA's CRDs being installed), and a
 //! registration with `spec.wait` is Ready only once what it applied is healthy by kstatus rules.
 //!
-//! No kubelet, scheduler or KEDA operator runs here; kube-controller-manager's Deployment and
-//! ReplicaSet controllers do. The tests play the kubelet (pods' status patched running and ready
-//! by the admin, [`pods_ready`]) and the KEDA operator (the ScaledObject's `Ready` condition,
-//! [`scaled_object_reports`]); the real controllers turn the pods into the Deployment's
-//! availability, which is what the controller reads.
+//! Each case runs on a control plane of its own whose kube-controller-manager also runs the
+//! Deployment and ReplicaSet controllers (`Options::workload_controllers`; the shared control
+//! plane runs neither, so that nothing but cdtarget writes in a tenant namespace there), with a
+//! controller of its own. No kubelet, scheduler or KEDA operator runs: the tests play the
+//! kubelet (pods' status patched running and ready by the admin, [`pods_ready`]) and the KEDA
+//! operator (the ScaledObject's `Ready` condition, [`scaled_object_reports`]); the real
+//! controllers turn the pods into ReplicaSet and Deployment availability, which is what
+//! cdtarget reads.
 
 use std::time::Instant;
 
 use cdtarget::api::{CDTarget, TenantRepository};
 
-use crate::common::cluster::{CDTARGET, CONFIG_MAP, Tenant, installed_cluster, shared_controller};
+use crate::common::cluster::{CDTARGET, CONFIG_MAP, Controller, Tenant, own_installed_cluster_with};
+use crate::common::control_plane::{Options, OwnControlPlane};
 use crate::kit::{pods_ready, registration_condition, scaled_object_reports, target_applied};
 
 /// A plain Deployment of the tenant's, one replica.
 const WEB: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n        - name: web\n          image: registry.example/web:1\n";
+
+/// A control plane of the test's own running the workload controllers, or `None` (SKIP).
+fn workload_cluster(test: &str) -> Option<OwnControlPlane> {
+    own_installed_cluster_with(test, &Options { workload_controllers: true, ..Options::default() })
+}
 
 /// A condition: the CDTarget's `Ready` condition has `status` and `reason`, and its message
 /// contains `text`.
@@ -42,9 +51,11 @@ fn registration_ready(status: &'static str, reason: &'static str) -> impl Fn(Opt
 #[tokio::test]
 async fn a_cdtarget_is_ready_only_once_its_agents_are_available_and_its_scaled_object_is_ready() {
     let test = "a_cdtarget_is_ready_only_once_its_agents_are_available_and_its_scaled_object_is_ready";
-    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let Some(own) = workload_cluster(test) else { return };
+    let cluster = own.cluster();
+    let controller = Controller::start(cluster, "health", &[]).await;
+    let log = controller.log();
     let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
-    let log = shared_controller(cluster).await;
     let ns = tenant.ns.clone();
 
     // Applied, but no agent runs: not Ready, saying how many run.
@@ -87,10 +98,12 @@ async fn a_cdtarget_is_ready_only_once_its_agents_are_available_and_its_scaled_o
 #[tokio::test]
 async fn a_registration_with_spec_wait_is_ready_once_the_deployment_it_applied_is_available() {
     let test = "a_registration_with_spec_wait_is_ready_once_the_deployment_it_applied_is_available";
-    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let Some(own) = workload_cluster(test) else { return };
+    let cluster = own.cluster();
+    let controller = Controller::start(cluster, "health", &[]).await;
+    let log = controller.log();
     let files = [("deploy/settings.yaml", CONFIG_MAP), ("deploy/web.yaml", WEB)];
     let tenant = Tenant::onboard_with(cluster, &files, "  wait:\n    timeout: 5m\n");
-    let log = shared_controller(cluster).await;
     let ns = tenant.ns.clone();
 
     // Applied, the Deployment unavailable: not Ready, naming it and its file.
@@ -121,9 +134,11 @@ async fn a_registration_with_spec_wait_is_ready_once_the_deployment_it_applied_i
 #[tokio::test]
 async fn past_spec_wait_timeout_an_unavailable_deployment_fails_the_health_check_naming_it_and_its_file() {
     let test = "past_spec_wait_timeout_an_unavailable_deployment_fails_the_health_check_naming_it_and_its_file";
-    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let Some(own) = workload_cluster(test) else { return };
+    let cluster = own.cluster();
+    let controller = Controller::start(cluster, "health", &[]).await;
+    let log = controller.log();
     let tenant = Tenant::onboard_with(cluster, &[("deploy/web.yaml", WEB)], "  wait:\n    timeout: 3s\n");
-    let log = shared_controller(cluster).await;
     let ns = tenant.ns.clone();
 
     let failed = tenant
@@ -147,9 +162,11 @@ async fn past_spec_wait_timeout_an_unavailable_deployment_fails_the_health_check
 #[tokio::test]
 async fn without_spec_wait_a_registration_is_ready_once_applied_whatever_the_health() {
     let test = "without_spec_wait_a_registration_is_ready_once_applied_whatever_the_health";
-    let Some((cluster, _)) = installed_cluster(test) else { return };
+    let Some(own) = workload_cluster(test) else { return };
+    let cluster = own.cluster();
+    let controller = Controller::start(cluster, "health", &[]).await;
+    let log = controller.log();
     let tenant = Tenant::onboard(cluster, &[("deploy/web.yaml", WEB)]);
-    let log = shared_controller(cluster).await;
 
     let ready = tenant.registration_until("Ready=True", registration_ready("True", "Succeeded"), log).await;
     let status = ready.status.expect("status");

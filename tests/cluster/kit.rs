@@ -49,8 +49,9 @@ pub fn target_applied(status: &'static str, reason: &'static str) -> impl Fn(Opt
 /// What a kubelet would report, written by the admin because no kubelet runs on the test
 /// control plane: once Deployment `name` of the tenant namespace has its pods, every pod of the
 /// namespace is running and ready (through the pods' `status` subresource). The real
-/// ReplicaSet and Deployment controllers of kube-controller-manager then count them available;
-/// this waits until the Deployment says so.
+/// ReplicaSet and Deployment controllers of kube-controller-manager (a control plane started
+/// with `workload_controllers`) then count them available; this waits until the Deployment
+/// says so.
 pub async fn pods_ready(tenant: &Tenant, name: &str, log: &Path) {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Pod;
@@ -105,4 +106,22 @@ pub fn scaled_object_reports(tenant: &Tenant, name: &str, ready: &str, reason: &
             &patch.to_string(),
         ])
         .success();
+}
+
+/// What the Deployment controller would report of Deployment `name` once its one pod is ready,
+/// written by the admin through the `status` subresource: on the shared control plane, which runs
+/// no Deployment controller (`tests/cluster/health.rs` shows the real one, on a control plane of
+/// its own). For tests about what follows from an available Deployment (metrics, the CLI).
+pub async fn deployment_reports_available(tenant: &Tenant, name: &str) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let deployments: Api<Deployment> = Api::namespaced(tenant.cluster.admin_client().await, &tenant.ns);
+    let generation = deployments.get(name).await.expect("the Deployment").metadata.generation.unwrap_or(1);
+    let status = serde_json::json!({"status": {
+        "observedGeneration": generation, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1,
+        "availableReplicas": 1,
+        "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]
+    }});
+    deployments.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await.expect("Deployment status");
 }

@@ -12,7 +12,7 @@ use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, PLATFORM_NAMESPACE, Tenant, gone, installed_cluster, logged_metrics_address, ready,
     scrape_metrics, shared_controller,
 };
-use crate::kit::{pods_ready, scaled_object_reports};
+use crate::kit::{deployment_reports_available, scaled_object_reports};
 
 /// The value of the series `series` (name and labels as `/metrics` writes them), if present.
 fn sample(page: &str, series: &str) -> Option<f64> {
@@ -67,7 +67,7 @@ async fn object_readiness_on_metrics_follows_the_ready_conditions_the_controller
     series_until(metrics, &target, Some(0.0)).await;
 
     // Ready (its agent runs, KEDA reports its ScaledObject Ready): 1 for both kinds.
-    pods_ready(&tenant, "deploy-agents", log).await;
+    deployment_reports_available(&tenant, "deploy-agents").await;
     scaled_object_reports(&tenant, "deploy-agents", "True", "ScaledObjectReady", "ScaledObject is defined correctly");
     let running = |t: Option<&CDTarget>| {
         t.and_then(|t| t.status.as_ref())

@@ -16,7 +16,7 @@ use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, PLATFORM_NAMESPACE, Tenant, applied, exists, installed_cluster, namespace, path_str, ready,
     shared_controller,
 };
-use crate::kit::{kubectl_file, pods_ready, scaled_object_reports};
+use crate::kit::{deployment_reports_available, kubectl_file, scaled_object_reports};
 
 /// Runs `cdtarget reconcile ARGS...` (stdin closed, stdout and stderr captured; killed if the
 /// test is dropped first) and prints how long it took.
@@ -166,13 +166,13 @@ async fn reconcile_cdtarget_as_the_tenant_waits_for_the_cdtarget_reconciler() {
 
     // The tenant's own ServiceAccount: its Role lets it get, list, watch and patch its CDTargets.
     // `--wait` waits past the handled request while the CDTarget is Reconciling (its agents not
-    // available yet), until it is Ready: the agent's pod and the ScaledObject are reported
-    // meanwhile (no kubelet or KEDA operator runs here).
+    // available yet), until it is Ready: the Deployment's availability and the ScaledObject's
+    // Ready are reported meanwhile (no Deployment controller, kubelet or KEDA operator runs here).
     let kubeconfig = cluster.service_account_kubeconfig(&tenant.ns, "cdtarget-tenant").await;
     let args = ["cdtarget", "deploy-agents", "-n", &tenant.ns, "--wait", "--kubeconfig", path_str(&kubeconfig)];
     let waiting = reconcile(&args);
     let agents = async {
-        pods_ready(&tenant, "deploy-agents", log).await;
+        deployment_reports_available(&tenant, "deploy-agents").await;
         scaled_object_reports(
             &tenant,
             "deploy-agents",
