@@ -227,8 +227,8 @@ pub struct TenantRepositoryStatus {
 pub struct HealthCheckStatus {
     /// Digest of the set checked (`lastAppliedDigest` when the check began).
     pub digest: String,
-    /// When the check began: when the set was applied, or last repaired; `spec.wait.timeout`
-    /// counts from here.
+    /// When the check began: when the set was applied, or repaired after it was healthy;
+    /// `spec.wait.timeout` counts from here.
     pub started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     /// Every object was healthy at a check: unchanged cycles check nothing more until the set
     /// is applied or repaired again.

@@ -172,6 +172,17 @@ async fn reconcile_cdtarget_as_the_tenant_waits_for_the_cdtarget_reconciler() {
     let args = ["cdtarget", "deploy-agents", "-n", &tenant.ns, "--wait", "--kubeconfig", path_str(&kubeconfig)];
     let waiting = reconcile(&args);
     let agents = async {
+        // The request handled, the CDTarget not Ready: the command is still waiting.
+        let handled_not_ready = |target: Option<&CDTarget>| {
+            target.is_some_and(|t| {
+                let requested = t.annotations().get(REQUESTED_AT);
+                let status = t.status.as_ref();
+                requested.is_some()
+                    && status.and_then(|s| s.last_handled_reconcile_at.as_ref()) == requested
+                    && status.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "False"))
+            })
+        };
+        tenant.until::<CDTarget, _>("the request handled, not Ready", "deploy-agents", handled_not_ready, log).await;
         deployment_reports_available(&tenant, "deploy-agents").await;
         scaled_object_reports(
             &tenant,

@@ -43,14 +43,16 @@ async fn the_periodic_resync_and_poll_of_an_unchanged_tenant_send_no_mutating_re
     // Polls every 2 s (plus jitter) instead of the kit's 5 minutes.
     tenant.patch_registration(r#"{"spec":{"interval":"2s"}}"#);
     tenant.until::<CDTarget, _>("Applied=True", "deploy-agents", target_applied("True", "Applied"), log).await;
-    // Settled: the Deployment controller has reported the agent's pod (no kubelet runs it), and
-    // the CDTarget says so; an unchanged tenant from here on.
+    // Settled: the CDTarget has read back the agents it wrote (no Deployment controller or
+    // kubelet runs here, so they never become available); an unchanged tenant from here on.
     let settled_target = |target: Option<&CDTarget>| {
         target.and_then(|t| t.status.as_ref()).is_some_and(|s| {
-            s.conditions.iter().any(|c| c.type_ == "Ready" && c.message.starts_with("0 of 1 agents available"))
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "AgentsNotAvailable" && !c.message.contains("just written"))
         })
     };
-    tenant.until::<CDTarget, _>("Ready=False, 0 of 1 agents", "deploy-agents", settled_target, log).await;
+    tenant.until::<CDTarget, _>("Ready=False/AgentsNotAvailable, settled", "deploy-agents", settled_target, log).await;
     let settled = |registration: Option<&cdtarget::api::TenantRepository>| {
         applied("True", "Succeeded")(registration)
             && registration

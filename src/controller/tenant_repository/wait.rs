@@ -2,8 +2,10 @@
 //! healthy by kstatus rules ([`crate::health`]), within `spec.wait.timeout` (default
 //! [`DEFAULT_TIMEOUT`]) of the apply.
 //!
-//! - The check begins when the set is written (a new revision, or a drift repair) or first seen
-//!   under `spec.wait`; `status.healthCheck` records when, for which set, and whether it passed.
+//! - The check begins when a new set is applied (a new revision, or a new rendering), when a
+//!   set that was healthy is repaired (drift), or when `spec.wait` first sees it;
+//!   `status.healthCheck` records when, for which set, and whether it passed. A repair during a
+//!   check keeps its deadline.
 //! - While it runs, every object of the set is read as the tenant (the identity that applied
 //!   it; Secrets and ConfigMaps are always healthy and are not read), and the registration
 //!   comes back on a short schedule ([`recheck_after`]): every 2 s at first, at most every
@@ -195,6 +197,17 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
+/// The check to run: the `previous` one, or a new one from `now` for a new set (`digest`), for
+/// a first look, or for a set that was healthy and was `written` again (a drift repair). A
+/// repair during a check keeps its deadline: a document that drifts on every pass must not
+/// wait forever.
+pub fn check_of(previous: Option<HealthCheckStatus>, digest: &str, written: bool, now: Timestamp) -> HealthCheckStatus {
+    match previous {
+        Some(check) if check.digest == digest && !(written && check.healthy) => check,
+        _ => HealthCheckStatus { digest: digest.to_owned(), started_at: Time(now), healthy: false },
+    }
+}
+
 /// Kinds kstatus counts as always healthy: not read (a Secret's data never enters the check).
 fn always_healthy(entry: &InventoryEntry) -> bool {
     entry.api_version == "v1" && matches!(entry.kind.as_str(), "ConfigMap" | "Secret")
@@ -229,11 +242,7 @@ pub async fn wait(
             return (plan, previous);
         }
     };
-    let written = !executed.applied_objects.is_empty();
-    let check = match previous {
-        Some(check) if check.digest == record.digest && !written => check,
-        _ => HealthCheckStatus { digest: record.digest.clone(), started_at: Time(now), healthy: false },
-    };
+    let check = check_of(previous, &record.digest, !executed.applied_objects.is_empty(), now);
     if check.healthy {
         plan.health = Some(Health::Ready {
             reason: super::REASON_SUCCEEDED.into(),
@@ -398,6 +407,19 @@ mod tests {
         assert_eq!(recheck_after(MINUTE * 3, MINUTE * 5), Duration::from_secs(30));
         assert_eq!(recheck_after(Duration::from_secs(58), MINUTE), Duration::from_secs(2));
         assert_eq!(recheck_after(Duration::from_secs(59), MINUTE), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_repair_during_a_check_keeps_its_deadline_and_one_after_health_starts_a_new_check() {
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        let check = |healthy| HealthCheckStatus { digest: "d1".into(), started_at: Time(at(100)), healthy };
+        assert_eq!(check_of(None, "d1", false, at(200)).started_at, Time(at(200)), "a first look");
+        assert_eq!(check_of(Some(check(false)), "d1", true, at(200)), check(false), "repaired while pending");
+        assert_eq!(check_of(Some(check(true)), "d1", false, at(200)), check(true), "unchanged and healthy");
+        let repaired = check_of(Some(check(true)), "d1", true, at(200));
+        assert_eq!((repaired.started_at, repaired.healthy), (Time(at(200)), false), "repaired after health");
+        let new_set = check_of(Some(check(true)), "d2", true, at(300));
+        assert_eq!((new_set.digest.as_str(), new_set.started_at), ("d2", Time(at(300))));
     }
 
     #[test]
