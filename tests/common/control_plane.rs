@@ -596,7 +596,7 @@ impl ControlPlane {
         if options.workload_controllers {
             controllers.push_str(",deployment-controller,replicaset-controller");
         }
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "controller-manager".into(),
             format!("--kubeconfig={dir}/admin.kubeconfig"),
             format!("--controllers={controllers}"),
@@ -606,6 +606,12 @@ impl ControlPlane {
             // No serving endpoint: nothing scrapes it, and its default port is fixed.
             "--secure-port=0".into(),
         ];
+        if options.workload_controllers {
+            // Each controller as its own ServiceAccount (`kube-system:replicaset-controller`...),
+            // as clusters run them: the example's admission policies exempt those names, and
+            // refuse the admin's agent-labelled ReplicaSets and pods.
+            args.push("--use-service-account-credentials".into());
+        }
         let pid = self.spawn(binary, "controller-manager", &args)?;
         if !process_running(pid) {
             return Err(HarnessError::Failed(format!(
