@@ -29,6 +29,8 @@ pub mod error;
 pub mod fixtures;
 #[forbid(unsafe_code)]
 pub mod gitlab;
+#[forbid(unsafe_code)]
+pub mod health;
 mod libgit2_globals;
 #[forbid(unsafe_code)]
 pub mod manifests;

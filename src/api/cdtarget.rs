@@ -164,7 +164,8 @@ pub struct CDTargetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// kstatus conditions: `Ready`, `Reconciling`, `Stalled`.
+    /// kstatus conditions: `Ready` (the agents run), `Reconciling`, `Stalled`; and `Applied`
+    /// (the children are in place).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 

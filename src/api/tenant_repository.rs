@@ -75,6 +75,22 @@ pub struct TenantRepositorySpec {
     /// Let cdtarget register the deploy key and the webhook on GitLab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gitlab: Option<GitLabSpec>,
+
+    /// Wait for what a revision applied to become healthy (kstatus) before the registration is
+    /// Ready; absent: Ready once applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitSpec>,
+}
+
+/// How long to wait for what a revision applied to become healthy.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitSpec {
+    /// How long the objects of a revision may take to become healthy after they were applied,
+    /// as a Go duration; default `5m`. Past it the registration reports `HealthCheckFailed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
 }
 
 /// The receiver path of a registration: `/hook/<hex sha256(token + name + namespace)>`. Only
@@ -200,6 +216,24 @@ pub struct TenantRepositoryStatus {
     /// it to match its request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+    /// The health check of what was applied (`spec.wait`); absent without `spec.wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheckStatus>,
+}
+
+/// Where the health check of the applied set stands (`spec.wait`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheckStatus {
+    /// Digest of the set checked (`lastAppliedDigest` when the check began).
+    pub digest: String,
+    /// When the check began: when the set was applied, or repaired after it was healthy;
+    /// `spec.wait.timeout` counts from here.
+    pub started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// Every object was healthy at a check: unchanged cycles check nothing more until the set
+    /// is applied or repaired again.
+    #[serde(default)]
+    pub healthy: bool,
 }
 
 /// One applied object.

@@ -1,8 +1,10 @@
 //! `cdtarget reconcile tenantrepository|cdtarget NAME`: "reconcile now" from the command line.
 //! It sets the annotation `cdtarget.io/requestedAt` to the current time with a merge patch (the
 //! change reaches the controller through its watch); with `--wait` it watches the object until
-//! `status.lastHandledReconcileAt` says the controller handled that request, and prints the
-//! `Ready` condition the reconcile left.
+//! `status.lastHandledReconcileAt` says the controller handled that request and the object no
+//! longer says `Reconciling=True` (a CDTarget whose agents are starting, a registration waiting
+//! for the health of what it applied, `spec.wait`), and prints the `Ready` condition it left.
+//! Handled but still reconciling at `--timeout`: that `Ready` is printed (exit 1).
 //!
 //! Exit codes: 0 requested (and, with `--wait`, Ready), 1 handled but not Ready, 2 the request
 //! could not be made or followed (not found, forbidden, suspended, no cluster, deleted while
@@ -28,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::api::reconcile_request::{REQUESTED_AT, is_handled};
 use crate::api::{CDTarget, TenantRepository};
-use crate::controller::conditions::READY;
+use crate::controller::conditions::{READY, RECONCILING, is_true};
 
 /// The namespace TenantRepositories live in unless `--namespace` says otherwise: where
 /// `deploy/` runs the controller.
@@ -289,7 +291,8 @@ enum Waited {
     TimedOut(Option<String>),
 }
 
-/// Watches the object (no polling) until its `status.lastHandledReconcileAt` covers `requested`.
+/// Watches the object (no polling) until its `status.lastHandledReconcileAt` covers `requested`
+/// and it is no longer `Reconciling`; at the deadline, the handled object as last seen, if any.
 async fn wait_until_handled<K: Requestable>(
     api: &Api<K>,
     name: &str,
@@ -299,6 +302,8 @@ async fn wait_until_handled<K: Requestable>(
 ) -> Result<K, Waited> {
     let mut changes = pin!(watcher::watch_object(api.clone(), name));
     let mut last_handled = None;
+    // Handled, but the outcome is still coming (agents starting, a health check under way).
+    let mut handled: Option<K> = None;
     // Redraws the spinner; only on a terminal.
     let mut ticks = tokio::time::interval(Duration::from_millis(100));
     let expired = tokio::time::sleep_until(deadline);
@@ -308,13 +313,17 @@ async fn wait_until_handled<K: Requestable>(
             change = changes.try_next() => match change {
                 Ok(Some(Some(object))) => {
                     if is_handled(requested, object.last_handled()) {
-                        return Ok(object);
+                        if !is_true(object.conditions(), RECONCILING) {
+                            return Ok(object);
+                        }
+                        handled = Some(object);
+                        continue;
                     }
                     last_handled = object.last_handled().map(str::to_owned);
                 }
                 Ok(Some(None)) => return Err(Waited::Deleted),
                 // The watcher's stream does not end; should it, nothing more will come.
-                Ok(None) => return Err(Waited::TimedOut(last_handled)),
+                Ok(None) => return handled.ok_or(Waited::TimedOut(last_handled)),
                 Err(error) => {
                     let error = watch_error(error);
                     // 410 Gone and dropped connections: the watcher lists again by itself.
@@ -323,7 +332,7 @@ async fn wait_until_handled<K: Requestable>(
                     }
                 }
             },
-            () = &mut expired => return Err(Waited::TimedOut(last_handled)),
+            () = &mut expired => return handled.ok_or(Waited::TimedOut(last_handled)),
             _ = ticks.tick(), if progress.terminal => progress.tick(),
         }
     }

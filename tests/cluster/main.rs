@@ -16,6 +16,7 @@ mod diff;
 mod dry_run;
 mod external;
 mod feedback;
+mod health;
 mod install;
 mod kit;
 mod policy;

@@ -12,7 +12,7 @@ use crate::common::cluster::own_installed_cluster;
 use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, Tenant, accepted_writes_as, applied,
 };
-use crate::kit::{kubectl_file, registration_condition, target_ready};
+use crate::kit::{kubectl_file, registration_condition, target_applied, target_ready};
 
 /// Every `ipBlock.cidr` the NetworkPolicy opens.
 fn egress_cidrs(policy: &NetworkPolicy) -> Vec<String> {
@@ -65,7 +65,7 @@ async fn a_policy_change_re_renders_without_a_push_and_a_new_guardrail_keeps_the
             log,
         )
         .await;
-    tenant.until::<CDTarget, _>("Ready=True/Applied", "deploy-agents", target_ready("True", "Applied"), log).await;
+    tenant.until::<CDTarget, _>("Applied=True", "deploy-agents", target_applied("True", "Applied"), log).await;
     let revision = tenant.repo.head("main").expect("the pushed commit");
     let registration = tenant.registration_until("Applied=True", applied("True", "Succeeded"), log).await;
     assert_eq!(registration.status.and_then(|s| s.last_applied_revision).as_deref(), Some(revision.as_str()));
@@ -130,9 +130,7 @@ async fn a_policy_change_re_renders_without_a_push_and_a_new_guardrail_keeps_the
 
     // The ConfigMap removed: the documented defaults again, everything Ready.
     cluster.kubectl(&["delete", "configmap", "cdtarget-policy", "-n", PLATFORM_NAMESPACE]).success();
-    tenant
-        .until::<CDTarget, _>("Ready=True/Applied again", "deploy-agents", target_ready("True", "Applied"), log)
-        .await;
+    tenant.until::<CDTarget, _>("Applied=True again", "deploy-agents", target_applied("True", "Applied"), log).await;
     tenant
         .until::<NetworkPolicy, _>("the defaults again", "deploy-agents", opens(DEFAULT_TARGET, ADDED_TARGET), log)
         .await;

@@ -12,6 +12,7 @@ use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, PLATFORM_NAMESPACE, Tenant, gone, installed_cluster, logged_metrics_address, ready,
     scrape_metrics, shared_controller,
 };
+use crate::kit::{deployment_reports_available, scaled_object_reports};
 
 /// The value of the series `series` (name and labels as `/metrics` writes them), if present.
 fn sample(page: &str, series: &str) -> Option<f64> {
@@ -61,8 +62,18 @@ async fn object_readiness_on_metrics_follows_the_ready_conditions_the_controller
         "cdtarget_object_ready{{kind=\"CDTarget\",namespace=\"{ns}\",name=\"deploy-agents\",suspended=\"false\"}}"
     );
 
-    // Ready: 1 for both kinds.
+    // Applied but no agent runs: the CDTarget is not Ready, and says 0.
     tenant.until::<CDTarget, _>("the CDTarget's Ready condition", "deploy-agents", ready, log).await;
+    series_until(metrics, &target, Some(0.0)).await;
+
+    // Ready (its agent runs, KEDA reports its ScaledObject Ready): 1 for both kinds.
+    deployment_reports_available(&tenant, "deploy-agents").await;
+    scaled_object_reports(&tenant, "deploy-agents", "True", "ScaledObjectReady", "ScaledObject is defined correctly");
+    let running = |t: Option<&CDTarget>| {
+        t.and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    tenant.until::<CDTarget, _>("the CDTarget Ready", "deploy-agents", running, log).await;
     tenant.registration_until("the registration Ready", registration_ready("True", ""), log).await;
     series_until(metrics, &registration("false"), Some(1.0)).await;
     series_until(metrics, &target, Some(1.0)).await;

@@ -14,7 +14,7 @@ use crate::common::AuditEvent;
 use crate::common::cluster::own_installed_cluster;
 use crate::common::cluster::{CDTARGET, CONFIG_MAP, CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, Tenant, applied};
 use crate::common::control_plane::until_appended;
-use crate::kit::target_ready;
+use crate::kit::target_applied;
 
 /// How many passes of each reconciler the test waits for.
 const PASSES: usize = 3;
@@ -42,7 +42,17 @@ async fn the_periodic_resync_and_poll_of_an_unchanged_tenant_send_no_mutating_re
     let tenant = Tenant::onboard(cluster, &[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
     // Polls every 2 s (plus jitter) instead of the kit's 5 minutes.
     tenant.patch_registration(r#"{"spec":{"interval":"2s"}}"#);
-    tenant.until::<CDTarget, _>("Ready=True/Applied", "deploy-agents", target_ready("True", "Applied"), log).await;
+    tenant.until::<CDTarget, _>("Applied=True", "deploy-agents", target_applied("True", "Applied"), log).await;
+    // Settled: the CDTarget has read back the agents it wrote (no Deployment controller or
+    // kubelet runs here, so they never become available); an unchanged tenant from here on.
+    let settled_target = |target: Option<&CDTarget>| {
+        target.and_then(|t| t.status.as_ref()).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "AgentsNotAvailable" && !c.message.contains("just written"))
+        })
+    };
+    tenant.until::<CDTarget, _>("Ready=False/AgentsNotAvailable, settled", "deploy-agents", settled_target, log).await;
     let settled = |registration: Option<&cdtarget::api::TenantRepository>| {
         applied("True", "Succeeded")(registration)
             && registration

@@ -27,7 +27,7 @@ pub const OWNER_REFERENCES_ENFORCEMENT: &str = "OwnerReferencesPermissionEnforce
 
 /// The control plane of this binary: the defaults plus [`OWNER_REFERENCES_ENFORCEMENT`].
 pub fn options() -> Options {
-    Options { admission_plugins: vec![OWNER_REFERENCES_ENFORCEMENT.to_owned()] }
+    Options { admission_plugins: vec![OWNER_REFERENCES_ENFORCEMENT.to_owned()], ..Options::default() }
 }
 
 /// The installed control plane of this binary, or `None` after a SKIP line.

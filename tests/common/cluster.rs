@@ -83,6 +83,11 @@ pub fn installed_cluster_with(test: &str, options: &Options) -> Option<(&'static
 /// them, or `None` after a SKIP line (no Go, no kubectl, no KEDA contracts, the tests pointed at
 /// an existing cluster) when not under `CI`.
 pub fn own_installed_cluster(test: &str) -> Option<OwnControlPlane> {
+    own_installed_cluster_with(test, &Options::default())
+}
+
+/// [`own_installed_cluster`] on a control plane started with `options`.
+pub fn own_installed_cluster_with(test: &str, options: &Options) -> Option<OwnControlPlane> {
     if find_on_path("kubectl").is_none() {
         skip_or_fail::<()>(test, Err(HarnessError::Unavailable("kubectl is not installed".into())))?;
     }
@@ -96,7 +101,7 @@ pub fn own_installed_cluster(test: &str) -> Option<OwnControlPlane> {
         let why = format!("needs a control plane of its own, which {EXTERNAL_KUBECONFIG} (an existing cluster) is not");
         skip_or_fail::<()>(test, Err(HarnessError::Unavailable(why)))?;
     }
-    let cluster = skip_or_fail(test, ControlPlane::start_own())?;
+    let cluster = skip_or_fail(test, ControlPlane::start_own_with(options))?;
     install(&cluster, &keda);
     Some(cluster)
 }

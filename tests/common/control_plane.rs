@@ -61,6 +61,10 @@ pub struct Options {
     /// Admission plugins enabled in addition to kube-apiserver's default set (e.g.
     /// `OwnerReferencesPermissionEnforcement`, which hardened clusters and OpenShift turn on).
     pub admission_plugins: Vec<String>,
+    /// kube-controller-manager also runs the Deployment and ReplicaSet controllers: pods are
+    /// created for Deployments (and stay Pending: no scheduler, no kubelet), and a pod whose
+    /// status a test reports running and ready counts in the Deployment's availability.
+    pub workload_controllers: bool,
 }
 
 /// A running control plane (see the module documentation).
@@ -166,7 +170,7 @@ impl ControlPlane {
         cluster.write_admin_kubeconfig()?;
         cluster.wait_ready()?;
         let api_ready = started.elapsed();
-        cluster.start_controller_manager(&binary)?;
+        cluster.start_controller_manager(&binary, options)?;
         report(&format!(
             "control plane {} ready at {} in {:.1} s (etcd {:.1} s, kube-apiserver /readyz {:.1} s after etcd); dir {}",
             cluster.version,
@@ -584,18 +588,30 @@ impl ControlPlane {
             .map_err(|why| HarnessError::Failed(format!("kube-apiserver {why}:\n{}", self.log_tail("apiserver"))))
     }
 
-    fn start_controller_manager(&mut self, binary: &Path) -> Result<(), HarnessError> {
+    fn start_controller_manager(&mut self, binary: &Path, options: &Options) -> Result<(), HarnessError> {
         let dir = self.dir().display().to_string();
-        let args: Vec<String> = vec![
+        let mut controllers =
+            "garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller"
+                .to_owned();
+        if options.workload_controllers {
+            controllers.push_str(",deployment-controller,replicaset-controller");
+        }
+        let mut args: Vec<String> = vec![
             "controller-manager".into(),
             format!("--kubeconfig={dir}/admin.kubeconfig"),
-            "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller".into(),
+            format!("--controllers={controllers}"),
             format!("--service-account-private-key-file={dir}/sa.key"),
             format!("--root-ca-file={dir}/ca.crt"),
             "--leader-elect=false".into(),
             // No serving endpoint: nothing scrapes it, and its default port is fixed.
             "--secure-port=0".into(),
         ];
+        if options.workload_controllers {
+            // Each controller as its own ServiceAccount (`kube-system:replicaset-controller`...),
+            // as clusters run them: the example's admission policies exempt those names, and
+            // refuse the admin's agent-labelled ReplicaSets and pods.
+            args.push("--use-service-account-credentials".into());
+        }
         let pid = self.spawn(binary, "controller-manager", &args)?;
         if !process_running(pid) {
             return Err(HarnessError::Failed(format!(
@@ -628,7 +644,12 @@ impl ControlPlane {
     /// A new control plane for one test alone, which may kill and start its processes again
     /// ([`OwnControlPlane`]).
     pub fn start_own() -> Result<OwnControlPlane, HarnessError> {
-        let cluster = ControlPlane::start()?;
+        ControlPlane::start_own_with(&Options::default())
+    }
+
+    /// [`ControlPlane::start_own`] with `options`.
+    pub fn start_own_with(options: &Options) -> Result<OwnControlPlane, HarnessError> {
+        let cluster = ControlPlane::start_with(options)?;
         // The scenario kit takes `&'static` (tenants keep it); the guard ends the processes.
         Ok(OwnControlPlane {
             cluster: Box::leak(Box::new(cluster)),

@@ -24,8 +24,17 @@ fn env_secret(name: &str, secret: &str) -> EnvVar {
 }
 
 fn ready(target: &CDTarget) -> (String, String, String) {
+    condition(target, READY)
+}
+
+/// The children's outcome (Ready also waits for the agents, which never run on the fake).
+fn applied(target: &CDTarget) -> (String, String, String) {
+    condition(target, "Applied")
+}
+
+fn condition(target: &CDTarget, type_: &str) -> (String, String, String) {
     let status = target.status.as_ref().expect("status");
-    let c = status.conditions.iter().find(|c| c.type_ == READY).expect("Ready");
+    let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_}"));
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
@@ -151,7 +160,7 @@ async fn a_readable_reference_is_applied_after_asking_about_every_one() {
     with_spec(&cluster, |target| target.with_env(env_secret("DB_PASSWORD", "db"))).await;
     cluster.reconcile().await;
 
-    assert_eq!(ready(&cluster.target().await).1, "Applied");
+    assert_eq!(applied(&cluster.target().await).1, "Applied");
     let mut asked = cluster.reviews.asked();
     asked.sort();
     assert_eq!(
@@ -183,7 +192,7 @@ async fn without_a_registration_the_default_tenant_service_account_is_asked_and_
     let cluster = cluster_with_target(true).await;
     cluster.reconcile().await;
     assert_eq!(cluster.reviews.asked(), Vec::<String>::new(), "no tenant identity: only the token rule");
-    assert_eq!(ready(&cluster.target().await).1, "Applied");
+    assert_eq!(applied(&cluster.target().await).1, "Applied");
 
     let mut ctx = (*cluster.context()).clone();
     ctx.tenants = cdtarget::controller::cdtarget::Tenants::new(Some("cdtarget-tenant".into()));

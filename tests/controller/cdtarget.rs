@@ -7,6 +7,7 @@ use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::labels::SECRETS_DIGEST;
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::{CDTarget, CDTargetStatus};
+use cdtarget::controller::cdtarget::APPLIED;
 use cdtarget::controller::cdtarget::reconcile;
 use cdtarget::controller::conditions::{READY, RECONCILING, STALLED, is_true};
 use cdtarget::error::Classify;
@@ -76,8 +77,10 @@ async fn first_reconcile_applies_four_children_owned_by_the_cdtarget_and_reports
     let cluster = cluster_with_target(true).await;
     let uid = uid(&cluster).await;
 
+    // The agents were just written: back within the wait retry (their status changes are
+    // watched too), at the resync once they run.
     let action = cluster.reconcile().await;
-    assert_eq!(action, Action::requeue(Duration::from_secs(600)));
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
 
     let np = network_policy(&cluster).await;
     let deploy = deployment(&cluster).await;
@@ -103,6 +106,10 @@ async fn first_reconcile_applies_four_children_owned_by_the_cdtarget_and_reports
         "children applied in order, once each"
     );
     assert_eq!(writes.iter().filter(|w| w.starts_with("status ")).count(), 1, "status written once: {writes:#?}");
+
+    cluster.agents_run().await;
+    assert_eq!(cluster.reconcile().await, Action::requeue(Duration::from_secs(600)));
+    assert!(is_true(&status(&cluster.target().await).conditions, READY));
 }
 
 #[tokio::test]
@@ -111,11 +118,26 @@ async fn status_records_the_observed_generation_the_conditions_and_what_was_rend
     cluster.reconcile().await;
 
     let stored = cluster.target().await;
+    let first = status(&stored);
+    let applied = condition(&first, APPLIED);
+    assert_eq!((applied.status.as_str(), applied.reason.as_str()), ("True", "Applied"));
+    let waiting = condition(&first, READY);
+    assert_eq!((waiting.status.as_str(), waiting.reason.as_str()), ("False", "AgentsNotAvailable"));
+    assert!(is_true(&first.conditions, RECONCILING), "{first:#?}");
+
+    cluster.agents_run().await;
+    cluster.reconcile().await;
+    let stored = cluster.target().await;
     let status = status(&stored);
     assert_eq!(status.observed_generation, stored.metadata.generation);
     assert!(status.observed_generation.is_some());
     let ready = condition(&status, READY);
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "Applied"));
+    assert!(
+        ready.message.starts_with("2 agents available, minReplicaCount 2 (Deployment team-a/agents); ScaledObject team-a/agents Ready; applied NetworkPolicy agents and Deployment agents"),
+        "{}",
+        ready.message
+    );
     assert_eq!(ready.observed_generation, stored.metadata.generation);
     assert!(!status.conditions.iter().any(|c| c.type_ == STALLED || c.type_ == RECONCILING));
 
@@ -132,10 +154,57 @@ async fn status_records_the_observed_generation_the_conditions_and_what_was_rend
 async fn an_unchanged_second_reconcile_sends_no_mutating_request() {
     let cluster = cluster_with_target(true).await;
     cluster.reconcile().await;
+    // The second reads the agents the first wrote (the status says so); nothing changes after.
+    cluster.reconcile().await;
     cluster.clear_writes();
-
     cluster.reconcile().await;
     assert_eq!(cluster.writes(), Vec::<String>::new(), "neither children nor status are written again");
+
+    // Nor once the agents run and that is recorded.
+    cluster.agents_run().await;
+    cluster.reconcile().await;
+    assert!(is_true(&status(&cluster.target().await).conditions, READY));
+    cluster.clear_writes();
+    cluster.reconcile().await;
+    assert_eq!(cluster.writes(), Vec::<String>::new(), "neither children nor status are written again");
+}
+
+#[tokio::test]
+async fn ready_waits_for_the_agents_and_a_failed_rollout_stalls() {
+    let cluster = cluster_with_target(false).await;
+    cluster.reconcile().await;
+    let deployments = cluster.api::<Deployment>();
+    let generation = deployment(&cluster).await.metadata.generation.unwrap_or(1);
+    let report = |available: i64, conditions: serde_json::Value| serde_json::json!({"status": {"observedGeneration": generation, "availableReplicas": available, "conditions": conditions}});
+    let ready = || async { condition(&status(&cluster.target().await), READY).clone() };
+
+    // One of two agents available: not Ready, and the message says how many.
+    let one = report(1, serde_json::json!([{"type": "Available", "status": "False"}]));
+    deployments.patch_status(NAME, &PatchParams::default(), &Patch::Merge(&one)).await.unwrap();
+    cluster.reconcile().await;
+    let waiting = ready().await;
+    assert_eq!((waiting.status.as_str(), waiting.reason.as_str()), ("False", "AgentsNotAvailable"));
+    assert_eq!(waiting.message, "1 of 2 agents available (Deployment team-a/agents)");
+    assert!(is_true(&status(&cluster.target().await).conditions, RECONCILING));
+
+    // The rollout ran out of its progress deadline: Stalled.
+    let stuck = report(
+        1,
+        serde_json::json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"agents-1\" has timed out progressing."}]),
+    );
+    deployments.patch_status(NAME, &PatchParams::default(), &Patch::Merge(&stuck)).await.unwrap();
+    cluster.reconcile().await;
+    let stalled = ready().await;
+    assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("False", "RolloutFailed"));
+    assert!(is_true(&status(&cluster.target().await).conditions, STALLED));
+    assert!(is_true(&status(&cluster.target().await).conditions, APPLIED), "the children are in place all along");
+
+    // Both agents available: Ready.
+    let two = report(2, serde_json::json!([{"type": "Available", "status": "True"}]));
+    deployments.patch_status(NAME, &PatchParams::default(), &Patch::Merge(&two)).await.unwrap();
+    cluster.reconcile().await;
+    let ready = ready().await;
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "KedaNotInstalled"));
 }
 
 #[tokio::test]
@@ -158,6 +227,8 @@ async fn a_reconcile_request_costs_one_status_write_recording_it_and_the_next_pa
 #[tokio::test]
 async fn a_child_changed_by_someone_else_is_applied_again() {
     let cluster = cluster_with_target(true).await;
+    cluster.reconcile().await;
+    // Settled: the second pass reads the agents the first wrote (and records that).
     cluster.reconcile().await;
     // Someone opens every port: drop the port list of the first egress rule.
     let mut policy = network_policy(&cluster).await;
@@ -319,9 +390,9 @@ async fn without_keda_a_plain_deployment_runs_at_min_replica_count() {
     assert!(!writes.iter().any(|w| w.contains("ScaledObject") || w.contains("TriggerAuthentication")), "{writes:#?}");
 
     let status = status(&cluster.target().await);
-    let ready = condition(&status, READY);
-    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "KedaNotInstalled"));
-    assert!(ready.message.contains("plain Deployment at minReplicaCount"), "{}", ready.message);
+    let applied = condition(&status, APPLIED);
+    assert_eq!((applied.status.as_str(), applied.reason.as_str()), ("True", "KedaNotInstalled"));
+    assert!(applied.message.contains("plain Deployment at minReplicaCount"), "{}", applied.message);
     let rendered = status.rendered.unwrap();
     assert_eq!((rendered.scaled_object, rendered.trigger_authentication), (None, None));
 }
@@ -333,7 +404,7 @@ async fn keda_installed_while_running_adds_the_autoscaler_on_the_next_reconcile(
     let ctx = cluster.context();
     ctx.keda.set(false);
     reconcile(Arc::new(cluster.target().await), ctx.clone()).await.expect("reconcile");
-    assert_eq!(condition(&status(&cluster.target().await), READY).reason, "KedaNotInstalled");
+    assert_eq!(condition(&status(&cluster.target().await), APPLIED).reason, "KedaNotInstalled");
     assert!(cluster.api::<ScaledObject>().get_opt(NAME).await.unwrap().is_none());
 
     // What the periodic re-check does when it finds KEDA (it then reconciles every CDTarget).
@@ -341,7 +412,7 @@ async fn keda_installed_while_running_adds_the_autoscaler_on_the_next_reconcile(
     reconcile(Arc::new(cluster.target().await), ctx.clone()).await.expect("reconcile");
     assert!(cluster.api::<ScaledObject>().get_opt(NAME).await.unwrap().is_some());
     assert!(cluster.api::<TriggerAuthentication>().get_opt(NAME).await.unwrap().is_some());
-    assert_eq!(condition(&status(&cluster.target().await), READY).reason, "Applied");
+    assert_eq!(condition(&status(&cluster.target().await), APPLIED).reason, "Applied");
 }
 
 #[tokio::test]
@@ -356,7 +427,7 @@ async fn fixing_the_spec_after_a_stall_brings_ready_back() {
     cluster.reconcile().await;
     let stored = cluster.target().await;
     let status = status(&stored);
-    assert!(is_true(&status.conditions, READY));
+    assert!(is_true(&status.conditions, APPLIED));
     assert!(!status.conditions.iter().any(|c| c.type_ == STALLED));
     assert_eq!(status.observed_generation, stored.metadata.generation);
     assert_eq!(deployment(&cluster).await.namespace().as_deref(), Some(NAMESPACE));
@@ -382,10 +453,16 @@ async fn an_event_is_recorded_when_ready_changes_and_not_on_a_resync() {
         list.items.into_iter().map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default())).collect::<Vec<_>>()
     };
 
+    let event = |type_: &str, reason: &str| (type_.to_owned(), reason.to_owned());
     reconcile().await;
-    assert_eq!(events().await, [("Normal".to_owned(), "Applied".to_owned())]);
+    assert_eq!(events().await, [event("Warning", "AgentsNotAvailable")]);
     reconcile().await;
     assert_eq!(events().await.len(), 1, "a resync with the same outcome records nothing");
+    cluster.agents_run().await;
+    reconcile().await;
+    let mut recorded = events().await;
+    recorded.sort();
+    assert_eq!(recorded, [event("Normal", "Applied"), event("Warning", "AgentsNotAvailable")]);
 }
 
 #[tokio::test]

@@ -154,10 +154,14 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     let on_gitlab = registrations.get("on-gitlab").await.unwrap().status.unwrap();
     let gitlab_reason = on_gitlab.conditions.iter().find(|c| c.type_ == gitlab::CONDITION_TYPE).unwrap().reason.clone();
     assert_eq!(gitlab_reason, "GitLabUnauthorized");
+    // The children's outcome: `Applied` (Ready also waits for agents, which never run here).
+    let applied = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
+        conditions.iter().find(|c| c.type_ == "Applied").map(|c| c.reason.clone()).unwrap_or_default()
+    };
     let target_reasons: Vec<String> = futures::future::join_all(["agents", "thief", "waiting"].map(|n| targets.get(n)))
         .await
         .into_iter()
-        .map(|t| ready(&t.unwrap().status.unwrap().conditions))
+        .map(|t| applied(&t.unwrap().status.unwrap().conditions))
         .collect();
     assert_eq!(target_reasons, ["KedaNotInstalled", "SecretNotAllowed", "SecretNotFound"]);
     assert!(logs.text().contains("generated the deploy key Secret"), "the logs are captured:\n{}", logs.text());

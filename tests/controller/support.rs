@@ -240,6 +240,29 @@ impl Cluster {
         reconcile(Arc::new(target), ctx).await.expect("reconcile")
     }
 
+    /// The agents run, as the Deployment controller and KEDA would report it: the Deployment has
+    /// observed its generation with [`target`]'s `minReplicaCount` (2) agents available, and the
+    /// ScaledObject (with KEDA) is Ready. Recorded as writes, like any patch.
+    pub async fn agents_run(&self) {
+        let deployments = self.api::<k8s_openapi::api::apps::v1::Deployment>();
+        let generation = deployments.get(NAME).await.expect("the Deployment").metadata.generation.unwrap_or(1);
+        let status = serde_json::json!({"status": {
+            "observedGeneration": generation, "replicas": 2, "readyReplicas": 2, "availableReplicas": 2,
+            "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]
+        }});
+        deployments
+            .patch_status(NAME, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("Deployment status");
+        if self.keda {
+            let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+            self.api::<ScaledObject>()
+                .patch_status(NAME, &PatchParams::default(), &Patch::Merge(&ready))
+                .await
+                .expect("ScaledObject status");
+        }
+    }
+
     /// Forgets the writes recorded so far.
     pub fn clear_writes(&self) {
         self.writes.lock().unwrap().clear();

@@ -168,6 +168,10 @@ fn tenant_repository_example_is_a_tenant_repository() {
     assert_eq!(spec.target_namespace, "team-payments");
     assert_eq!(spec.service_account_name, "cdtarget-tenant");
     assert!(spec.prune);
+    assert_eq!(
+        cdtarget::controller::tenant_repository::wait::timeout_of(&repo),
+        Ok(std::time::Duration::from_secs(300))
+    );
     let webhook = spec.webhook.as_ref().expect("webhook");
     assert_eq!(webhook.kind, WebhookType::Gitlab);
     assert!(spec.gitlab.is_some());

@@ -7,6 +7,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
 use super::Error;
+use super::agents;
 use super::children::{self, Conflict, Write as ChildWrite};
 use crate::api::CDTarget;
 use crate::apply::server_side::{APPLYING, ApplyError};
@@ -18,8 +19,9 @@ use crate::render::Children;
 pub enum Written {
     /// Nothing was planned.
     Nothing,
-    /// Every child is in place (written where it was missing or had drifted).
-    Children,
+    /// Every child is in place (written where it was missing or had drifted); the agents'
+    /// Deployment and ScaledObject as read before, for [`agents::health`].
+    Children(agents::Observed),
     /// An object with a child's name is not ours: nothing was written.
     Conflicts(Vec<Conflict>),
 }
@@ -70,6 +72,13 @@ pub async fn write_children(
         Ok(writes) => writes,
         Err(conflicts) => return Ok(Written::Conflicts(conflicts)),
     };
+    let live = |kind: &str| observed.iter().find(|o| o.kind == kind).and_then(|o| o.live.clone());
+    let mut agents = agents::Observed {
+        deployment_name: format!("{namespace}/{}", children.deployment.metadata.name.as_deref().unwrap_or_default()),
+        deployment: live("Deployment"),
+        scaled_object: live("ScaledObject"),
+        written: false,
+    };
 
     for ((resource, desired), write) in objects.into_iter().zip(writes) {
         let resource_version = match write {
@@ -78,10 +87,12 @@ pub async fn write_children(
             // The apply is refused (409) if the object changed since its owner was checked.
             ChildWrite::Update { resource_version } => resource_version,
         };
+        // The agents' status as read no longer describes what the controllers now roll out.
+        agents.written |= matches!(resource.kind.as_str(), "Deployment" | "ScaledObject");
         let write = Write::Child { resource, namespace: namespace.to_owned(), body: desired, resource_version };
         writer.execute(write).await.map_err(Error::Apply)?;
     }
-    Ok(Written::Children)
+    Ok(Written::Children(agents))
 }
 
 /// A child as its API resource (compiled-in kinds: their types name the resource exactly) and

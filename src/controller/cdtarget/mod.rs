@@ -2,11 +2,16 @@
 //! lends its agents nothing its tenant could not read ([`borrowed`]), render the four children,
 //! server-side apply them with controller owner references, and write status once.
 //!
+//! `Ready` means the agents run ([`agents`]): the children are applied (the `Applied`
+//! condition) and at least `minReplicaCount` agents are available (and the ScaledObject is
+//! Ready when KEDA runs).
+//!
 //! One file per step: [`observe`] reads, [`plan`] decides (a pure function over what was read),
 //! [`execute`] writes the children through the one writer (which children may be written at all
 //! is [`children::plan`], over the live objects: a child never takes over an object it does not
 //! control), and [`status`] computes and writes the status. [`reconcile`] runs them in order.
 
+pub mod agents;
 pub mod borrowed;
 pub mod children;
 pub mod execute;
@@ -30,12 +35,17 @@ use crate::controller::inputs::PolicySource;
 use crate::error::{Class, Classify, Schedule};
 
 pub use crate::controller::inputs::Keda;
+pub use agents::{REASON_AGENTS_NOT_AVAILABLE, REASON_ROLLOUT_FAILED, REASON_SCALED_OBJECT_NOT_READY};
 pub use execute::Written;
 pub use observe::{REGISTRATIONS_TTL, Tenants};
 pub use plan::{Plan, SecretsRead, plan};
 pub use status::next_status;
 
-/// Condition reason: every child was applied.
+/// Condition: the children are applied (what `Ready` said before agents counted); its reasons
+/// are those of `Ready` but for the agents' own ([`agents`]).
+pub const APPLIED: &str = "Applied";
+
+/// Condition reason: every child was applied (and, on `Ready`, the agents are available).
 pub const REASON_APPLIED: &str = "Applied";
 /// Condition reason: children applied, but as a plain Deployment because KEDA is not installed.
 pub const REASON_KEDA_NOT_INSTALLED: &str = "KedaNotInstalled";
@@ -235,7 +245,7 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
         Some(children) => execute::write_children(&ctx.writer, &namespace, &target, children).await,
         None => Ok(Written::Nothing),
     };
-    let (health, requeue) = match &result {
+    let (applied, requeue) = match &result {
         Ok(Written::Conflicts(conflicts)) => (
             Health::Stalled { reason: REASON_NAME_CONFLICT.into(), message: children::conflict_message(conflicts) },
             STALLED_RESYNC,
@@ -247,12 +257,32 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
             (Health::failed(settled, REASON_API_ERROR, e.to_string()), settled.requeue)
         }
     };
+    // Ready when the children are applied and the agents run.
+    let (health, requeue) = match (&applied, &result, &plan.children) {
+        (Health::Ready { reason, message }, Ok(Written::Children(observed)), Some(children)) => {
+            match agents::health(observed, min_replicas(children), children.scaled_object.is_some()) {
+                agents::Agents::Available(agents) => {
+                    (Health::Ready { reason: reason.clone(), message: format!("{agents}; {message}") }, requeue)
+                }
+                // A change of the Deployment or ScaledObject (their status too) is watched and
+                // reconciles at once; the requeue is the fallback (KEDA installed after start-up
+                // has no ScaledObject watch).
+                agents::Agents::Waiting { reason, message } => {
+                    (Health::Progressing { reason: reason.to_owned(), message }, requeue.min(WAIT_RETRY))
+                }
+                agents::Agents::Failed(message) => {
+                    (Health::Stalled { reason: REASON_ROLLOUT_FAILED.into(), message }, requeue)
+                }
+            }
+        }
+        _ => (applied.clone(), requeue),
+    };
     // A plan without children already carries the previous summary; a failed write keeps it too.
     let rendered = match (&plan.children, &result) {
-        (None, _) | (Some(_), Ok(Written::Children)) => plan.rendered,
+        (None, _) | (Some(_), Ok(Written::Children(_))) => plan.rendered,
         _ => target.status.as_ref().and_then(|s| s.rendered.clone()),
     };
-    let status = next_status(&target, &health, rendered, &Time(Timestamp::now()));
+    let status = next_status(&target, &health, &applied, rendered, &Time(Timestamp::now()));
     let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let transition = super::events::transition(previous, &status.conditions);
     let readiness =
@@ -268,4 +298,10 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
     result?;
     tracing::debug!(reason = health.reason(), requeue_seconds = requeue.as_secs(), "reconciled");
     Ok(Action::requeue(requeue))
+}
+
+/// `minReplicaCount` as rendered: the ScaledObject's with KEDA, else the Deployment's replicas.
+fn min_replicas(children: &crate::render::Children) -> i32 {
+    let scaled = children.scaled_object.as_ref().and_then(|s| s.spec.min_replica_count);
+    scaled.or_else(|| children.deployment.spec.as_ref().and_then(|s| s.replicas)).unwrap_or(1)
 }

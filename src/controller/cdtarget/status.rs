@@ -8,16 +8,23 @@ use crate::api::{CDTarget, CDTargetStatus, RenderedSummary};
 use crate::apply::{Write, WriteError, Writer};
 use crate::controller::conditions::{self, Health};
 
-/// The status after a reconcile: conditions summarised from `health`, for the current generation.
+/// The status after a reconcile: conditions summarised from `health` (the agents counted), and
+/// `Applied` from `applied` (the children alone), for the current generation.
 pub fn next_status(
     target: &CDTarget,
     health: &Health,
+    applied: &Health,
     rendered: Option<RenderedSummary>,
     now: &Time,
 ) -> CDTargetStatus {
     let generation = target.metadata.generation;
     let mut status = target.status.clone().unwrap_or_default();
     conditions::summarize(&mut status.conditions, health, generation, now);
+    let (ok, reason, message) = match applied {
+        Health::Ready { reason, message } => (true, reason, message),
+        Health::Stalled { reason, message } | Health::Progressing { reason, message } => (false, reason, message),
+    };
+    conditions::set(&mut status.conditions, super::APPLIED, ok, reason, message, generation, now);
     status.observed_generation = generation;
     status.rendered = rendered;
     status.last_handled_reconcile_at =

@@ -19,6 +19,7 @@ pub mod observe;
 pub mod plan;
 pub mod secrets;
 pub mod status;
+pub mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -311,6 +312,10 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         return Err(Error::Apply(executed.failure.expect("matched above")));
     }
 
+    // spec.wait: Ready only once what was applied is healthy (kstatus).
+    let (plan, health_check) =
+        wait::wait(&ctx.writer, &repo, plan, &executed, Timestamp::now()).instrument(tracing::info_span!("wait")).await;
+
     // After the apply and whatever its outcome: a GitLab failure never blocks or undoes it.
     let step = match prepared {
         Ok(()) => gitlab_step::sync(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await,
@@ -321,6 +326,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     plan.requeue = commit_feedback.requeue(plan.requeue);
     let now = Time(Timestamp::now());
     let mut status = next_status(&repo, &plan, webhook, &now);
+    status.health_check = health_check;
     commit_feedback.record(&mut status, repo.metadata.generation, &now);
     // The tenant's SyncStatus and Events: after the apply, whatever its outcome; a failed write
     // is reported in the registration's conditions and retried, never undoes anything.

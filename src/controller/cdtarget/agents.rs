@@ -1,0 +1,259 @@
+//! Whether a CDTarget's agents run: a pure function over its Deployment and ScaledObject as the
+//! reconcile read them ([`health`]). A CDTarget is `Ready` only when its agents are: the
+//! Deployment has observed its current template and at least `minReplicaCount` agents are
+//! available (its `Available` condition too, when agents are wanted at all); when KEDA runs, the
+//! ScaledObject must be `Ready` as well, since without it the agents never scale.
+
+use serde_json::Value;
+
+/// Condition reason: fewer agents are available than `minReplicaCount`, or the Deployment has
+/// not observed its current template yet.
+pub const REASON_AGENTS_NOT_AVAILABLE: &str = "AgentsNotAvailable";
+/// Condition reason: KEDA has not reported the ScaledObject `Ready`.
+pub const REASON_SCALED_OBJECT_NOT_READY: &str = "ScaledObjectNotReady";
+/// Condition reason: the Deployment's rollout exceeded its progress deadline
+/// (`Progressing=False`, `ProgressDeadlineExceeded`); a person has to look at the agents.
+pub const REASON_ROLLOUT_FAILED: &str = "RolloutFailed";
+
+/// The agents' children as read by this reconcile.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// `namespace/name` of the Deployment (for messages).
+    pub deployment_name: String,
+    /// The live Deployment (`None`: it did not exist when read).
+    pub deployment: Option<Value>,
+    /// The live ScaledObject (`None`: not read, or it did not exist).
+    pub scaled_object: Option<Value>,
+    /// The Deployment or the ScaledObject was written by this reconcile: what was read is
+    /// older than what the controllers now work on, so nothing read counts yet.
+    pub written: bool,
+}
+
+/// How the agents are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Agents {
+    /// At least `minReplicaCount` agents are available (and the ScaledObject is Ready).
+    Available(String),
+    /// Not yet: the reason and what is awaited.
+    Waiting {
+        /// [`REASON_AGENTS_NOT_AVAILABLE`] or [`REASON_SCALED_OBJECT_NOT_READY`].
+        reason: &'static str,
+        /// What is awaited, naming the object.
+        message: String,
+    },
+    /// The rollout failed ([`REASON_ROLLOUT_FAILED`]).
+    Failed(String),
+}
+
+/// Whether the agents of a CDTarget run, given the children as read, `min_replicas`
+/// (`minReplicaCount`) and whether KEDA renders a ScaledObject for them.
+///
+/// `minReplicaCount: 0` (a pool scaled to zero behind a placeholder agent) wants no agent: the
+/// Deployment counts once it has observed its template, the ScaledObject (with KEDA) still has
+/// to be Ready.
+pub fn health(observed: &Observed, min_replicas: i32, keda: bool) -> Agents {
+    let name = &observed.deployment_name;
+    let waiting = |reason, message: String| Agents::Waiting { reason, message };
+    if observed.written {
+        return waiting(
+            REASON_AGENTS_NOT_AVAILABLE,
+            format!("the agents' children were just written; waiting for Deployment {name} to report"),
+        );
+    }
+    let Some(deployment) = &observed.deployment else {
+        return waiting(REASON_AGENTS_NOT_AVAILABLE, format!("Deployment {name} does not exist yet"));
+    };
+    let int = |pointer: &str| deployment.pointer(pointer).and_then(Value::as_i64);
+    let condition = |type_: &str| {
+        deployment
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|list| list.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(type_)).cloned())
+    };
+    let field = |c: &Value, name: &str| c.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
+    if let Some(progressing) = condition("Progressing")
+        && field(&progressing, "status") == "False"
+        && field(&progressing, "reason") == "ProgressDeadlineExceeded"
+    {
+        let why = field(&progressing, "message");
+        return Agents::Failed(format!("the rollout of Deployment {name} exceeded its progress deadline: {why}"));
+    }
+    let generation = int("/metadata/generation").unwrap_or(0);
+    if int("/status/observedGeneration").is_none_or(|observed| observed < generation) {
+        return waiting(
+            REASON_AGENTS_NOT_AVAILABLE,
+            format!("Deployment {name} has not observed its current template yet (generation {generation})"),
+        );
+    }
+    let available = int("/status/availableReplicas").unwrap_or(0);
+    let wanted = i64::from(min_replicas.max(0));
+    let available_condition = condition("Available").is_some_and(|c| field(&c, "status") == "True");
+    if available < wanted || (wanted > 0 && !available_condition) {
+        return waiting(
+            REASON_AGENTS_NOT_AVAILABLE,
+            format!("{available} of {wanted} agents available (Deployment {name})"),
+        );
+    }
+    let agents = format!("{available} agents available, minReplicaCount {wanted} (Deployment {name})");
+    if keda {
+        let scaled = observed.scaled_object.as_ref();
+        let ready = scaled.and_then(|s| {
+            s.pointer("/status/conditions")
+                .and_then(Value::as_array)?
+                .iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+                .cloned()
+        });
+        match ready {
+            Some(c) if field(&c, "status") == "True" => {}
+            Some(c) => {
+                let why = [field(&c, "reason"), field(&c, "message")]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                return waiting(
+                    REASON_SCALED_OBJECT_NOT_READY,
+                    format!("{agents}, but ScaledObject {name} is not Ready ({why})"),
+                );
+            }
+            None if scaled.is_none() => {
+                return waiting(
+                    REASON_SCALED_OBJECT_NOT_READY,
+                    format!("{agents}; ScaledObject {name} does not exist yet"),
+                );
+            }
+            None => {
+                return waiting(
+                    REASON_SCALED_OBJECT_NOT_READY,
+                    format!(
+                        "{agents}, but KEDA has not reported ScaledObject {name} Ready yet (is the KEDA operator running?)"
+                    ),
+                );
+            }
+        }
+        return Agents::Available(format!("{agents}; ScaledObject {name} Ready"));
+    }
+    // Not kstatus's `Current`: agents above minReplicaCount serve while a rollout goes on.
+    Agents::Available(agents)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn deployment(generation: i64, observed: Option<i64>, available: i64, available_condition: &str) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "agents", "namespace": "team-a", "generation": generation},
+            "status": {
+                "observedGeneration": observed, "availableReplicas": available,
+                "conditions": [{"type": "Available", "status": available_condition}]
+            }
+        })
+    }
+
+    fn scaled_object(ready: Option<(&str, &str)>) -> Value {
+        let conditions = ready
+            .map(|(status, message)| json!([{"type": "Ready", "status": status, "reason": "ScaledObjectCheckFailed", "message": message}]))
+            .unwrap_or(json!([]));
+        json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "status": {"conditions": conditions}})
+    }
+
+    fn observed(deployment: Option<Value>, scaled: Option<Value>) -> Observed {
+        Observed { deployment_name: "team-a/agents".into(), deployment, scaled_object: scaled, written: false }
+    }
+
+    #[test]
+    fn ready_only_once_min_replica_count_agents_are_available_at_the_observed_generation() {
+        let one_of_two = observed(Some(deployment(1, Some(1), 1, "False")), None);
+        assert_eq!(
+            health(&one_of_two, 2, false),
+            Agents::Waiting {
+                reason: REASON_AGENTS_NOT_AVAILABLE,
+                message: "1 of 2 agents available (Deployment team-a/agents)".into()
+            }
+        );
+        let two = observed(Some(deployment(1, Some(1), 2, "True")), None);
+        assert_eq!(
+            health(&two, 2, false),
+            Agents::Available("2 agents available, minReplicaCount 2 (Deployment team-a/agents)".into())
+        );
+        // Scaled above minReplicaCount by KEDA: available as soon as minReplicaCount agents are.
+        let three_of_five = observed(Some(deployment(1, Some(1), 3, "True")), Some(scaled_object(Some(("True", "")))));
+        assert!(matches!(health(&three_of_five, 2, true), Agents::Available(_)));
+    }
+
+    #[test]
+    fn a_template_not_observed_yet_or_a_missing_available_condition_is_not_ready() {
+        let behind = observed(Some(deployment(3, Some(2), 2, "True")), None);
+        let Agents::Waiting { message, .. } = health(&behind, 2, false) else { panic!() };
+        assert_eq!(message, "Deployment team-a/agents has not observed its current template yet (generation 3)");
+        let unobserved = observed(Some(deployment(1, None, 0, "False")), None);
+        assert!(matches!(health(&unobserved, 1, false), Agents::Waiting { .. }));
+        let no_condition = observed(Some(deployment(1, Some(1), 2, "False")), None);
+        assert!(matches!(health(&no_condition, 2, false), Agents::Waiting { .. }));
+        assert!(matches!(health(&observed(None, None), 1, false), Agents::Waiting { .. }));
+    }
+
+    #[test]
+    fn what_was_just_written_is_not_judged_by_what_was_read_before() {
+        let mut written = observed(Some(deployment(1, Some(1), 2, "True")), None);
+        written.written = true;
+        assert!(matches!(health(&written, 2, false), Agents::Waiting { reason: REASON_AGENTS_NOT_AVAILABLE, .. }));
+    }
+
+    #[test]
+    fn a_rollout_past_its_progress_deadline_fails() {
+        let mut stuck = deployment(2, Some(2), 1, "True");
+        stuck["status"]["conditions"] = json!([
+            {"type": "Available", "status": "True"},
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet \"agents-1\" has timed out progressing."}
+        ]);
+        assert_eq!(
+            health(&observed(Some(stuck), None), 1, false),
+            Agents::Failed("the rollout of Deployment team-a/agents exceeded its progress deadline: ReplicaSet \"agents-1\" has timed out progressing.".into())
+        );
+    }
+
+    #[test]
+    fn with_keda_the_scaled_object_must_be_ready_too() {
+        let agents = || Some(deployment(1, Some(1), 1, "True"));
+        let not_ready = observed(agents(), Some(scaled_object(Some(("False", "Target resource doesn't exist")))));
+        assert_eq!(
+            health(&not_ready, 1, true),
+            Agents::Waiting {
+                reason: REASON_SCALED_OBJECT_NOT_READY,
+                message: "1 agents available, minReplicaCount 1 (Deployment team-a/agents), but ScaledObject team-a/agents is not Ready (ScaledObjectCheckFailed: Target resource doesn't exist)".into()
+            }
+        );
+        let unreported = observed(agents(), Some(scaled_object(None)));
+        let Agents::Waiting { message, .. } = health(&unreported, 1, true) else { panic!() };
+        assert!(message.ends_with("(is the KEDA operator running?)"), "{message}");
+        let ready = observed(agents(), Some(scaled_object(Some(("True", "")))));
+        assert!(matches!(health(&ready, 1, true), Agents::Available(_)));
+        assert!(matches!(health(&observed(agents(), None), 1, true), Agents::Waiting { .. }));
+    }
+
+    #[test]
+    fn min_replica_count_zero_wants_no_agent_but_an_observed_template_and_a_ready_scaled_object() {
+        let scaled_to_zero = observed(Some(deployment(1, Some(1), 0, "True")), Some(scaled_object(Some(("True", "")))));
+        assert_eq!(
+            health(&scaled_to_zero, 0, true),
+            Agents::Available(
+                "0 agents available, minReplicaCount 0 (Deployment team-a/agents); ScaledObject team-a/agents Ready"
+                    .into()
+            )
+        );
+        let not_observed = observed(Some(deployment(2, Some(1), 0, "True")), Some(scaled_object(Some(("True", "")))));
+        assert!(matches!(health(&not_observed, 0, true), Agents::Waiting { .. }));
+    }
+
+    #[test]
+    fn hostile_status_shapes_read_as_not_available() {
+        let strange = json!({"metadata": {"generation": "one"}, "status": {"conditions": {"Available": true}, "availableReplicas": "2"}});
+        assert!(matches!(health(&observed(Some(strange), None), 1, false), Agents::Waiting { .. }));
+    }
+}
