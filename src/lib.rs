@@ -31,6 +31,8 @@ pub mod fixtures;
 pub mod gitlab;
 mod libgit2_globals;
 #[forbid(unsafe_code)]
+pub mod kustomize;
+#[forbid(unsafe_code)]
 pub mod manifests;
 #[forbid(unsafe_code)]
 pub mod policy;
