@@ -29,9 +29,9 @@ pub mod error;
 pub mod fixtures;
 #[forbid(unsafe_code)]
 pub mod gitlab;
-mod libgit2_globals;
 #[forbid(unsafe_code)]
 pub mod kustomize;
+mod libgit2_globals;
 #[forbid(unsafe_code)]
 pub mod manifests;
 #[forbid(unsafe_code)]

@@ -37,7 +37,10 @@ impl Selector {
     pub fn parse(target: &Value) -> Result<Selector, Vec<Problem>> {
         let mut problems = Problems::default();
         let Some(map) = target.as_object() else {
-            problems.push("", "a target is a map with group, version, kind, name, namespace, labelSelector, annotationSelector");
+            problems.push(
+                "",
+                "a target is a map with group, version, kind, name, namespace, labelSelector, annotationSelector",
+            );
             return problems.finish(Selector::default());
         };
         for key in map.keys().filter(|k| !FIELDS.contains(&k.as_str())) {
@@ -212,7 +215,8 @@ fn requirement(text: &str) -> Result<(Requirement, &str), String> {
     for (operator, greater) in [(">", true), ("<", false)] {
         if let Some(rest) = rest.strip_prefix(operator) {
             let (value, rest) = word(rest.trim_start());
-            let n = value.parse::<i64>().map_err(|_| format!("`{key}{operator}{value}`: `{operator}` needs an integer"))?;
+            let n =
+                value.parse::<i64>().map_err(|_| format!("`{key}{operator}{value}`: `{operator}` needs an integer"))?;
             let requirement = if greater { Requirement::GreaterThan(key, n) } else { Requirement::LessThan(key, n) };
             return Ok((requirement, rest));
         }
@@ -235,7 +239,11 @@ fn label_key(key: &str) -> Result<String, String> {
         && !key.starts_with('/')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid { Ok(key.to_owned()) } else { Err(format!("`{key}` is not a label key (name or prefix/name, alphanumerics, `-`, `_`, `.`)")) }
+    if valid {
+        Ok(key.to_owned())
+    } else {
+        Err(format!("`{key}` is not a label key (name or prefix/name, alphanumerics, `-`, `_`, `.`)"))
+    }
 }
 
 fn label_value(value: &str) -> Result<String, String> {
@@ -244,7 +252,11 @@ fn label_value(value: &str) -> Result<String, String> {
             && !value.contains('/')
             && value.starts_with(|c: char| c.is_ascii_alphanumeric())
             && value.ends_with(|c: char| c.is_ascii_alphanumeric()));
-    if valid { Ok(value.to_owned()) } else { Err(format!("`{value}` is not a label value (at most 63 alphanumerics, `-`, `_`, `.`)")) }
+    if valid {
+        Ok(value.to_owned())
+    } else {
+        Err(format!("`{value}` is not a label value (at most 63 alphanumerics, `-`, `_`, `.`)"))
+    }
 }
 
 #[cfg(test)]
@@ -259,15 +271,38 @@ mod tests {
     #[test]
     fn label_selectors_as_kubernetes_reads_them() {
         let l = labels(json!({"app": "web", "tier": "front", "n": "3"}));
-        let yes = ["app=web", "app==web", "app", "!legacy", "tier in (front, back)", "tier notin (back)", "x!=y", "n>2", "n<4", "app=web,tier=front"];
+        let yes = [
+            "app=web",
+            "app==web",
+            "app",
+            "!legacy",
+            "tier in (front, back)",
+            "tier notin (back)",
+            "x!=y",
+            "n>2",
+            "n<4",
+            "app=web,tier=front",
+        ];
         for text in yes {
             assert!(LabelSelector::parse(text).unwrap().matches(&l), "{text} should match");
         }
-        let no = ["app=db", "app!=web", "legacy", "!app", "tier in (back)", "tier notin (front)", "n>3", "app=web,tier=back"];
+        let no = [
+            "app=db",
+            "app!=web",
+            "legacy",
+            "!app",
+            "tier in (back)",
+            "tier notin (front)",
+            "n>3",
+            "app=web,tier=back",
+        ];
         for text in no {
             assert!(!LabelSelector::parse(text).unwrap().matches(&l), "{text} should not match");
         }
-        assert!(LabelSelector::parse("app=").unwrap().matches(&labels(json!({"app": ""}))), "an empty value is a value");
+        assert!(
+            LabelSelector::parse("app=").unwrap().matches(&labels(json!({"app": ""}))),
+            "an empty value is a value"
+        );
         for bad in ["=web", "app in (a", "app=web,", "app web", "-x=y"] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad} should be refused");
         }

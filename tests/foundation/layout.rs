@@ -3,8 +3,19 @@
 use std::path::Path;
 
 /// The modules the controller builds on; none of them may import `crate::controller`.
-const BELOW_THE_CONTROLLER: &[&str] =
-    &["webhook", "gitlab", "source", "apply", "render", "manifests", "policy", "api", "kustomize", "error.rs", "problem.rs"];
+const BELOW_THE_CONTROLLER: &[&str] = &[
+    "webhook",
+    "gitlab",
+    "source",
+    "apply",
+    "render",
+    "manifests",
+    "policy",
+    "api",
+    "kustomize",
+    "error.rs",
+    "problem.rs",
+];
 
 /// Every `.rs` file under `path` (or `path` itself), with its text.
 fn sources(path: &Path) -> Vec<(String, String)> {

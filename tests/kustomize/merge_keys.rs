@@ -32,7 +32,10 @@ fn the_merge_key_table_is_generated_from_the_api_servers_openapi_document() {
         return;
     }
     let current = std::fs::read_to_string(&path).expect("read the table");
-    assert!(current == generated, "{TABLE} is not what the API server's OpenAPI document gives: run this test with {UPDATE}=1");
+    assert!(
+        current == generated,
+        "{TABLE} is not what the API server's OpenAPI document gives: run this test with {UPDATE}=1"
+    );
 }
 
 #[test]

@@ -18,7 +18,8 @@ pub fn kubectl_available(test: &str) -> bool {
 
 /// The objects `kubectl kustomize dir` prints, or what it said on failure.
 pub fn kustomize(dir: &Path) -> Result<Vec<Value>, String> {
-    let output = Command::new("kubectl").arg("kustomize").arg(dir).env_remove("KUBECONFIG").output().expect("run kubectl");
+    let output =
+        Command::new("kubectl").arg("kustomize").arg(dir).env_remove("KUBECONFIG").output().expect("run kubectl");
     if !output.status.success() {
         return Err(String::from_utf8_lossy(&output.stderr).into_owned());
     }
@@ -35,7 +36,8 @@ pub fn ours(dir: &Path) -> Result<Vec<Value>, Vec<Problem>> {
     let mut objects = Vec::new();
     for resource in kustomization.get("resources").and_then(Value::as_array).into_iter().flatten() {
         let name = resource.as_str().expect("resources are file names");
-        let documents = cdtarget::yaml::parse_documents(&read(name).expect("a resource file")).expect("resources are YAML");
+        let documents =
+            cdtarget::yaml::parse_documents(&read(name).expect("a resource file")).expect("resources are YAML");
         objects.extend(documents.into_iter().map(|d| d.value));
     }
     let patches = Patches::read(&kustomization, &mut |name: &str| read(name))?;

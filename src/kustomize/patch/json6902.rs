@@ -17,7 +17,8 @@ pub fn parse(text: &str) -> Result<JsonPatch, Problem> {
     let value: Value = if text.starts_with('[') {
         serde_json::from_str(text).map_err(|e| Problem::field("", format!("not a JSON patch: {e}")))?
     } else {
-        crate::yaml::parse_one(text).map_err(|e| Problem::field("", format!("not a JSON patch (YAML): {}", e.message)))?
+        crate::yaml::parse_one(text)
+            .map_err(|e| Problem::field("", format!("not a JSON patch (YAML): {}", e.message)))?
     };
     from_value(&value)
 }
@@ -25,7 +26,10 @@ pub fn parse(text: &str) -> Result<JsonPatch, Problem> {
 /// Reads the operations of a JSON patch already parsed as a list.
 pub fn from_value(value: &Value) -> Result<JsonPatch, Problem> {
     let Some(items) = value.as_array() else {
-        return Err(Problem::field("", "a JSON patch is a list of operations (`- op: add`, `path: /spec/x`, `value: ...`)"));
+        return Err(Problem::field(
+            "",
+            "a JSON patch is a list of operations (`- op: add`, `path: /spec/x`, `value: ...`)",
+        ));
     };
     let mut operations = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {

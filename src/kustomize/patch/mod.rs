@@ -158,7 +158,8 @@ impl Patch {
             }
             (Body::Strategic(documents), None) => {
                 for patch in documents {
-                    let matching: Vec<usize> = (0..objects.len()).filter(|i| same_object(&objects[*i], patch, table)).collect();
+                    let matching: Vec<usize> =
+                        (0..objects.len()).filter(|i| same_object(&objects[*i], patch, table)).collect();
                     if matching.len() != 1 {
                         let how = if matching.is_empty() { "no object" } else { "more than one object" };
                         return Err(Problem::field(
@@ -177,7 +178,13 @@ impl Patch {
         }
     }
 
-    fn merge_into(&self, objects: &mut Vec<Value>, selected: Vec<usize>, patch: &Value, table: &MergeKeys) -> Result<(), Problem> {
+    fn merge_into(
+        &self,
+        objects: &mut Vec<Value>,
+        selected: Vec<usize>,
+        patch: &Value,
+        table: &MergeKeys,
+    ) -> Result<(), Problem> {
         let mut deleted = Vec::new();
         for index in selected {
             let id = identity(&objects[index]);
@@ -220,11 +227,14 @@ fn same_object(object: &Value, patch: &Value, table: &MergeKeys) -> bool {
             n => n,
         }
     };
-    ["/apiVersion", "/kind", "/metadata/name"].iter().all(|p| text(object, p) == text(patch, p)) && namespace(object) == namespace(patch)
+    ["/apiVersion", "/kind", "/metadata/name"].iter().all(|p| text(object, p) == text(patch, p))
+        && namespace(object) == namespace(patch)
 }
 
 fn load_file(load: &mut Load<'_>, path: &str, field: &str) -> Result<(String, Option<String>), Problem> {
-    load(path).map(|text| (text, Some(path.to_owned()))).map_err(|e| Problem::field(field, format!("cannot read `{path}`: {e}")))
+    load(path)
+        .map(|text| (text, Some(path.to_owned())))
+        .map_err(|e| Problem::field(field, format!("cannot read `{path}`: {e}")))
 }
 
 /// The documents of a strategic merge patch; each must be a map.
@@ -241,7 +251,8 @@ fn strategic_documents(text: &str, file: Option<&str>, field: &str) -> Result<Ve
     let mut patches = Vec::new();
     for document in documents {
         if !document.value.is_object() {
-            let problem = Problem::field("", format!("a strategic merge patch is a map, like the object it patches ({field})"));
+            let problem =
+                Problem::field("", format!("a strategic merge patch is a map, like the object it patches ({field})"));
             return Err(match file {
                 Some(file) => problem.located(file, Some(document.index), Some(document.line)),
                 None => problem.under(field),
@@ -264,7 +275,8 @@ fn read_entry(entry: &Value, field: &str, load: &mut Load<'_>, json_only: bool) 
         return Err(problems.into_vec());
     };
     for key in map.keys().filter(|k| !ENTRY_FIELDS.contains(&k.as_str()) || (json_only && k.as_str() == "options")) {
-        problems.push(format!("{field}.{key}"), "unknown field; expected path, patch, target (and options in `patches`)");
+        problems
+            .push(format!("{field}.{key}"), "unknown field; expected path, patch, target (and options in `patches`)");
     }
     let target = match map.get("target") {
         None | Some(Value::Null) => None,
@@ -286,7 +298,10 @@ fn read_entry(entry: &Value, field: &str, load: &mut Load<'_>, json_only: bool) 
                 "allowNameChange" => &mut allow.name_change,
                 "allowKindChange" => &mut allow.kind_change,
                 _ => {
-                    problems.push(format!("{field}.options.{key}"), "unknown option; expected allowNameChange or allowKindChange");
+                    problems.push(
+                        format!("{field}.options.{key}"),
+                        "unknown option; expected allowNameChange or allowKindChange",
+                    );
                     continue;
                 }
             };
@@ -320,7 +335,9 @@ fn read_entry(entry: &Value, field: &str, load: &mut Load<'_>, json_only: bool) 
 /// A patch's text as a JSON patch (a list of operations) or strategic merge documents (maps).
 fn body(text: &str, file: Option<&str>, field: &str, json_only: bool) -> Result<Body, Problem> {
     let locate = |problem: Problem| match file {
-        Some(file) => Problem { message: format!("{} ({field})", problem.message), ..problem.located(file, None, None) },
+        Some(file) => {
+            Problem { message: format!("{} ({field})", problem.message), ..problem.located(file, None, None) }
+        }
         None => problem.under(field),
     };
     let is_list = text.starts_with('[')

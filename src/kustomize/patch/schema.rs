@@ -157,9 +157,11 @@ pub fn merge_key_table(openapi: &Value, source: &str) -> MergeKeys {
     loop {
         let before = relevant.len();
         for (name, definition) in &all {
-            let matters = definition.fields.values().chain(&definition.values).any(|f| {
-                f.strategy.is_some() || f.definition.as_deref().is_some_and(|d| relevant.contains(d))
-            });
+            let matters = definition
+                .fields
+                .values()
+                .chain(&definition.values)
+                .any(|f| f.strategy.is_some() || f.definition.as_deref().is_some_and(|d| relevant.contains(d)));
             if matters {
                 relevant.insert(name);
             }
@@ -192,9 +194,9 @@ fn gvk_key(gvk: &Value) -> String {
 
 /// The definition a schema refers to (`$ref`, or the single `allOf` entry newer documents use).
 fn reference(schema: &Value) -> Option<String> {
-    let reference = schema
-        .get("$ref")
-        .or_else(|| schema.get("allOf").and_then(Value::as_array).and_then(|a| a.first()).and_then(|s| s.get("$ref")))?;
+    let reference = schema.get("$ref").or_else(|| {
+        schema.get("allOf").and_then(Value::as_array).and_then(|a| a.first()).and_then(|s| s.get("$ref"))
+    })?;
     reference.as_str()?.strip_prefix("#/definitions/").map(str::to_owned)
 }
 
@@ -210,7 +212,11 @@ fn field_schema(property: &Value) -> Field {
     let keys = if !map_keys.is_empty() {
         map_keys
     } else {
-        property.get("x-kubernetes-patch-merge-key").and_then(Value::as_str).map(|k| vec![k.to_owned()]).unwrap_or_default()
+        property
+            .get("x-kubernetes-patch-merge-key")
+            .and_then(Value::as_str)
+            .map(|k| vec![k.to_owned()])
+            .unwrap_or_default()
     };
     // Keys only matter where a strategy merges; a list-type map without a patch strategy is
     // replaced by a strategic merge (as kustomize does).

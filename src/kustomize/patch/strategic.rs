@@ -79,7 +79,10 @@ fn refuse_unapplied_directives(patch: &Value, path: &str) -> Result<(), Problem>
         Value::Object(map) => {
             for (key, value) in map {
                 let here = join_path(path, key);
-                if key.starts_with("$setElementOrder/") || key.starts_with("$deleteFromPrimitiveList/") || key == "$retainKeys" {
+                if key.starts_with("$setElementOrder/")
+                    || key.starts_with("$deleteFromPrimitiveList/")
+                    || key == "$retainKeys"
+                {
                     return Err(Problem::field(
                         here,
                         format!(
@@ -93,9 +96,10 @@ fn refuse_unapplied_directives(patch: &Value, path: &str) -> Result<(), Problem>
             }
             Ok(())
         }
-        Value::Array(items) => {
-            items.iter().enumerate().try_for_each(|(i, item)| refuse_unapplied_directives(item, &format!("{path}[{i}]")))
-        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| refuse_unapplied_directives(item, &format!("{path}[{i}]"))),
         _ => Ok(()),
     }
 }
@@ -204,7 +208,13 @@ impl<'t> Merger<'t> {
     }
 
     /// Merges `patch` into `dest`; `Ok(None)` when the result is no value (the field goes).
-    fn walk(&self, dest: Option<Value>, patch: Option<Value>, at: Option<At<'t>>, path: &str) -> Result<Option<Value>, Problem> {
+    fn walk(
+        &self,
+        dest: Option<Value>,
+        patch: Option<Value>,
+        at: Option<At<'t>>,
+        path: &str,
+    ) -> Result<Option<Value>, Problem> {
         let at = at.or_else(|| self.schema_of([dest.as_ref(), patch.as_ref()]));
         let shape = [dest.as_ref(), patch.as_ref()].into_iter().find(|v| !is_empty(*v)).and_then(|v| v.and_then(kind));
         if let Some(shape) = shape {
@@ -212,7 +222,11 @@ impl<'t> Merger<'t> {
                 if let Some(other) = value.as_ref().and_then(kind).filter(|k| *k != shape) {
                     return Err(Problem::field(
                         path,
-                        format!("{side} has {} where the other side has {}; patch it with a value of the same shape", kind_name(other), kind_name(shape)),
+                        format!(
+                            "{side} has {} where the other side has {}; patch it with a value of the same shape",
+                            kind_name(other),
+                            kind_name(shape)
+                        ),
                     ));
                 }
             }
@@ -228,7 +242,13 @@ impl<'t> Merger<'t> {
         }
     }
 
-    fn walk_map(&self, dest: Option<Value>, patch: Option<Value>, at: Option<At<'t>>, path: &str) -> Result<Option<Value>, Problem> {
+    fn walk_map(
+        &self,
+        dest: Option<Value>,
+        patch: Option<Value>,
+        at: Option<At<'t>>,
+        path: &str,
+    ) -> Result<Option<Value>, Problem> {
         let dest = match dest {
             Some(Value::Null) | None => {
                 let Some(patch) = patch else { return Ok(dest) };
@@ -252,7 +272,13 @@ impl<'t> Merger<'t> {
     }
 
     /// Merges the fields of two maps.
-    fn fields(&self, dest: Value, mut patch: Map<String, Value>, at: Option<At<'t>>, path: &str) -> Result<Value, Problem> {
+    fn fields(
+        &self,
+        dest: Value,
+        mut patch: Map<String, Value>,
+        at: Option<At<'t>>,
+        path: &str,
+    ) -> Result<Value, Problem> {
         let Value::Object(mut dest) = dest else { return Ok(dest) };
         let mut names: Vec<String> = dest.keys().chain(patch.keys()).cloned().collect();
         names.sort();
@@ -296,7 +322,13 @@ impl<'t> Merger<'t> {
         }
     }
 
-    fn walk_list(&self, dest: Option<Value>, patch: Option<Value>, at: Option<At<'t>>, path: &str) -> Result<Option<Value>, Problem> {
+    fn walk_list(
+        &self,
+        dest: Option<Value>,
+        patch: Option<Value>,
+        at: Option<At<'t>>,
+        path: &str,
+    ) -> Result<Option<Value>, Problem> {
         let Some(keys) = at.and_then(|at| at.merge_keys()) else {
             return Ok(match patch {
                 Some(Value::Null) => None,
@@ -356,13 +388,18 @@ impl<'t> Merger<'t> {
             if let Some((i, _)) = items.iter().find(|(_, item)| !item.is_object()) {
                 return Err(Problem::field(
                     format!("{path}[{i}]"),
-                    format!("the {side}'s element is not a map; elements of this list are matched by `{}`", keys.join("`, `")),
+                    format!(
+                        "the {side}'s element is not a map; elements of this list are matched by `{}`",
+                        keys.join("`, `")
+                    ),
                 ));
             }
         }
         // Only the keys some element has take part (kyaml's validateKeys).
-        let valid: Vec<&String> =
-            keys.iter().filter(|k| patch.iter().chain(&dest).any(|(_, e)| !key_text(e.get(k.as_str())).is_empty())).collect();
+        let valid: Vec<&String> = keys
+            .iter()
+            .filter(|k| patch.iter().chain(&dest).any(|(_, e)| !key_text(e.get(k.as_str())).is_empty()))
+            .collect();
         let tuple = |item: &Value| -> Vec<String> { valid.iter().map(|k| key_text(item.get(k.as_str()))).collect() };
         for (side, items) in [("patch", &patch), ("target", &dest)] {
             for (i, item) in items {
@@ -375,7 +412,12 @@ impl<'t> Merger<'t> {
                         format!(
                             "the {side}'s element lacks `{}`: elements of this list are matched by `{}` and kustomize v5.5 \
                              drops or misplaces an element that lacks one; give every element all of them",
-                            names.iter().filter(|k| key_text(item.get(**k)).is_empty()).copied().collect::<Vec<_>>().join("`, `"),
+                            names
+                                .iter()
+                                .filter(|k| key_text(item.get(**k)).is_empty())
+                                .copied()
+                                .collect::<Vec<_>>()
+                                .join("`, `"),
                             names.join("`, `")
                         ),
                     ));
@@ -393,7 +435,8 @@ impl<'t> Merger<'t> {
                 tuples.push(values);
             }
         }
-        let count = |items: &[(usize, Value)], values: &[String]| items.iter().filter(|(_, e)| tuple(e) == values).count();
+        let count =
+            |items: &[(usize, Value)], values: &[String]| items.iter().filter(|(_, e)| tuple(e) == values).count();
         let mut merged: Vec<(Vec<String>, Value)> = Vec::with_capacity(tuples.len());
         let mut deleted: Vec<Vec<String>> = Vec::new();
         for values in &tuples {
@@ -460,7 +503,10 @@ impl<'t> Merger<'t> {
         let mut merged = Vec::new();
         for (i, item) in patch.iter().chain(dest).enumerate() {
             if item.is_object() || item.is_array() {
-                return Err(Problem::field(format!("{path}[{i}]"), "this list holds scalars; a map or list cannot be merged into it"));
+                return Err(Problem::field(
+                    format!("{path}[{i}]"),
+                    "this list holds scalars; a map or list cannot be merged into it",
+                ));
             }
             if item.is_null() {
                 continue;
