@@ -164,7 +164,7 @@ impl LabelSelector {
 
     /// Whether every requirement holds for `labels`.
     pub fn matches(&self, labels: &Map<String, Value>) -> bool {
-        let get = |key: &str| labels.get(key).map(|v| key_text(v));
+        let get = |key: &str| labels.get(key).map(key_text);
         self.0.iter().all(|requirement| match requirement {
             Requirement::In(key, values) => get(key).is_some_and(|v| values.contains(&v)),
             Requirement::NotIn(key, values) => get(key).is_none_or(|v| !values.contains(&v)),
@@ -320,5 +320,12 @@ mod tests {
         assert!(selects(json!({"namespace": "default"})));
         assert!(!selects(json!({"namespace": "team-a"})));
         assert!(Selector::parse(&json!({"name": "(", "colour": "red"})).unwrap_err().len() == 2);
+    }
+
+    #[test]
+    fn a_pattern_that_would_compile_huge_is_refused() {
+        let problems = Selector::parse(&json!({"name": "((((a{100}){100}){100}){100})"})).unwrap_err();
+        assert_eq!(problems[0].field, "name");
+        assert!(problems[0].message.contains("not a regular expression"), "{}", problems[0]);
     }
 }

@@ -123,6 +123,7 @@ cases!(
     duplicate_keys_in_target_refused,
     ports_without_protocol_refused,
     scheduling_gates_follow_the_api_server,
+    patch_cannot_move_rename_or_rekind,
 );
 
 #[test]

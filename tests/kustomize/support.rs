@@ -74,6 +74,12 @@ pub fn assert_same(case: &str, expected: Vec<Value>, actual: Vec<Value>) {
         pretty(&actual)
     );
     for (e, a) in expected.iter().zip(&actual) {
-        assert_eq!(e, a, "{case}: objects differ\nkustomize: {}\nours: {}", pretty(&[e.clone()]), pretty(&[a.clone()]));
+        assert_eq!(
+            e,
+            a,
+            "{case}: objects differ\nkustomize: {}\nours: {}",
+            pretty(std::slice::from_ref(e)),
+            pretty(std::slice::from_ref(a))
+        );
     }
 }

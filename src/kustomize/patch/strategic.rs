@@ -520,3 +520,65 @@ impl<'t> Merger<'t> {
         Ok(Value::Array(merged))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+               "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "a:1"}]}}}})
+    }
+
+    fn merge(patch: Value) -> Result<Option<Value>, Problem> {
+        apply(&deployment(), &patch, Allow::default(), MergeKeys::builtin())
+    }
+
+    #[test]
+    fn a_patch_cannot_rename_move_or_rekind_its_target() {
+        let merged = merge(json!({"kind": "DaemonSet", "metadata": {"name": "other", "namespace": "kube-system"}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(merged["kind"], "Deployment");
+        assert_eq!(merged["metadata"]["name"], "web");
+        assert!(merged["metadata"].get("namespace").is_none(), "a patch gives its target no namespace: {merged}");
+    }
+
+    #[test]
+    fn an_unknown_directive_is_located() {
+        let problem = merge(json!({"spec": {"template": {"$patch": "explode"}}})).unwrap_err();
+        assert_eq!(problem.field, "spec.template.$patch");
+        assert!(problem.message.contains("expected `merge`, `replace` or `delete`"), "{problem}");
+        let problem = merge(json!({"spec": {"template": {"$patch": 1}}})).unwrap_err();
+        assert_eq!(problem.field, "spec.template.$patch");
+    }
+
+    #[test]
+    fn unapplied_directives_are_refused_wherever_they_hide() {
+        let problem =
+            merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "$retainKeys": ["image"]}]}}}}))
+                .unwrap_err();
+        assert_eq!(problem.field, "spec.template.spec.containers[0].$retainKeys");
+    }
+
+    #[test]
+    fn a_merge_key_that_is_a_map_is_refused_not_matched() {
+        // kyaml compares keys as scalar text: a map would match every other map.
+        let problem =
+            merge(json!({"spec": {"template": {"spec": {"containers": [{"name": {"x": 1}, "image": "b"}]}}}}))
+                .unwrap_err();
+        assert!(problem.message.contains("lacks `name`"), "{problem}");
+    }
+
+    #[test]
+    fn a_deeply_nested_patch_is_merged_without_exhausting_the_stack() {
+        // The YAML and JSON parsers bound nesting; the walk itself recurses once per level.
+        let mut patch = json!("leaf");
+        for _ in 0..120 {
+            patch = json!({ "x": patch });
+        }
+        let merged = merge(json!({"spec": {"deep": patch}})).unwrap().unwrap();
+        assert!(merged.pointer(&format!("/spec/deep{}", "/x".repeat(120))).is_some());
+    }
+}
