@@ -31,6 +31,8 @@ pub mod fixtures;
 pub mod gitlab;
 #[forbid(unsafe_code)]
 pub mod health;
+#[forbid(unsafe_code)]
+pub mod kustomize;
 mod libgit2_globals;
 #[forbid(unsafe_code)]
 pub mod manifests;

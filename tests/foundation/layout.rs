@@ -15,6 +15,7 @@ const BELOW_THE_CONTROLLER: &[&str] = &[
     "error.rs",
     "problem.rs",
     "health",
+    "kustomize",
 ];
 
 /// Every `.rs` file under `path` (or `path` itself), with its text.
