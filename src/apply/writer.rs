@@ -234,7 +234,9 @@ impl Writer {
         &self.client
     }
 
-    fn tenant(&self, user: &str) -> Result<Client, WriteError> {
+    /// The client acting as `user` (kept per user): reads of what the tenant applied, such as
+    /// the health check of `spec.wait`, see exactly what the tenant may see.
+    pub fn tenant(&self, user: &str) -> Result<Client, WriteError> {
         (self.tenants)(user)
             .map_err(|source| WriteError::Impersonate { user: user.to_owned(), source: Box::new(source) })
     }

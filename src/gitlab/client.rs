@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::error::{ErrorKind, GitLabError};
+use crate::source::short_revision;
 
 /// Items asked for per page: GitLab's maximum.
 pub const PER_PAGE: usize = 100;
@@ -825,7 +826,7 @@ impl GitLabClient {
         let what = format!(
             "posting commit status `{}` for {} on project {project_id}",
             params.state.as_str(),
-            short_sha(&params.sha)
+            short_revision(&params.sha)
         );
         if !is_full_sha(&params.sha) {
             return Err(GitLabError::new(ErrorKind::InvalidConfig, format!("{what}: not a full commit SHA")));
@@ -857,7 +858,7 @@ impl GitLabClient {
         if !is_full_sha(sha) {
             return Err(GitLabError::new(
                 ErrorKind::InvalidConfig,
-                format!("listing commit statuses of `{}`: not a full commit SHA", short_sha(sha)),
+                format!("listing commit statuses of `{}`: not a full commit SHA", short_revision(sha)),
             ));
         }
         let mut filters = vec![("name", name.to_owned()), ("all", "true".to_owned())];
@@ -865,7 +866,7 @@ impl GitLabClient {
             filters.push(("ref", git_ref.to_owned()));
         }
         let segments = ["projects", &project_id.to_string(), "repository", "commits", sha, "statuses"];
-        let what = format!("listing commit statuses of {} on project {project_id}", short_sha(sha));
+        let what = format!("listing commit statuses of {} on project {project_id}", short_revision(sha));
         let values = self.list_filtered(&segments, &filters, &what).await?;
         values.into_iter().map(|v| serde_json::from_value(v).map_err(|e| invalid_json("a commit status", &e))).collect()
     }
@@ -873,7 +874,7 @@ impl GitLabClient {
     /// `GET /projects/:id/repository/commits/:sha/comments`, every page (oldest first).
     pub async fn commit_comments(&self, project_id: i64, sha: &str) -> Result<Vec<CommitComment>, GitLabError> {
         let segments = ["projects", &project_id.to_string(), "repository", "commits", sha, "comments"];
-        let what = format!("listing the comments of {} on project {project_id}", short_sha(sha));
+        let what = format!("listing the comments of {} on project {project_id}", short_revision(sha));
         let values = self.list_filtered(&segments, &[], &what).await?;
         values
             .into_iter()
@@ -892,7 +893,7 @@ impl GitLabClient {
         sha: &str,
         note: &str,
     ) -> Result<CommentPosted, GitLabError> {
-        let what = format!("commenting on {} of project {project_id}", short_sha(sha));
+        let what = format!("commenting on {} of project {project_id}", short_revision(sha));
         if note.trim().is_empty() || note.chars().count() > MAX_NOTE_CHARS {
             return Err(GitLabError::new(
                 ErrorKind::InvalidConfig,
@@ -1186,11 +1187,6 @@ impl GitLabClient {
             stats.retries += 1;
         }
     }
-}
-
-/// The first 12 characters of a SHA, for messages.
-fn short_sha(sha: &str) -> &str {
-    sha.get(..12).unwrap_or(sha)
 }
 
 /// Whether a 400 is GitLab refusing a transition to where the open record already is (or

@@ -20,6 +20,7 @@ use super::error::{ErrorKind, GitLabError};
 use crate::api::tenant_repository::PostedCommitStatus;
 use crate::problem::Problem;
 use crate::source::error::redact_userinfo;
+use crate::source::short_revision;
 
 /// The default status name: one per registration, so that two registrations of one repository
 /// never update each other's record.
@@ -108,7 +109,7 @@ impl Vars<'_> {
             ("name", self.name),
             ("targetNamespace", self.target_namespace),
             ("revision", self.revision),
-            ("shortRevision", self.revision.get(..12).unwrap_or(self.revision)),
+            ("shortRevision", short_revision(self.revision)),
         ]
     }
 
@@ -318,7 +319,7 @@ pub fn refusal_comment(target: &Target, marker: &str, problems: &[Problem]) -> S
         1 => "1 problem".to_owned(),
         n => format!("{n} problems"),
     };
-    let short = target.sha.get(..12).unwrap_or(&target.sha);
+    let short = short_revision(&target.sha);
     let head = format!(
         "{marker}\n**cdtarget** refused revision `{short}` for namespace `{}` ({count}); nothing of it was applied and what runs stays as it was. Push a fix.\n\n{fence}text\n",
         target.target_namespace
@@ -390,7 +391,7 @@ impl fmt::Display for Posted {
                 "commit status `{}` named `{}` on {}{}",
                 status.state,
                 status.name,
-                status.sha.get(..12).unwrap_or(&status.sha),
+                short_revision(&status.sha),
                 status.git_ref.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
             )?,
             None => f.write_str("no commit status posted yet")?,

@@ -28,6 +28,7 @@ use crate::controller::conditions;
 use crate::controller::events::{EventSink, Notice};
 use crate::problem::Problem;
 use crate::source::error::redact_userinfo;
+use crate::source::short_revision;
 
 /// Condition of the TenantRepository, present only while writing its SyncStatus fails
 /// (`False`, reason [`REASON_WRITE_FAILED`]); the apply is not affected.
@@ -284,7 +285,7 @@ fn printed(problem: &LocatedProblem) -> String {
 }
 
 fn refusal_note(revision: &str, problems: &[LocatedProblem], name: &str) -> String {
-    let short = revision.get(..12).unwrap_or(revision);
+    let short = short_revision(revision);
     let first: Vec<String> = problems.iter().take(3).map(printed).collect();
     let more = problems.len().saturating_sub(first.len());
     let mut note = format!(

@@ -24,6 +24,7 @@ use crate::manifests::{ApplySet, Content};
 use crate::problem::Problem;
 use crate::source::error::redact_userinfo;
 use crate::source::registration::{DEFAULT_INTERVAL, interval_of};
+use crate::source::short_revision;
 
 /// When the reconciler comes back after a failed fetch: a stalled source waits for a change of
 /// the registration or its Secret (both watched), a missing ref for the next poll.
@@ -150,7 +151,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             plan
         }
         Observed::Fetched { revision, load: Err(problems) } => {
-            let message = format!("revision {} was not applied: {}", short(&revision), list(&problems));
+            let message = format!("revision {} was not applied: {}", short_revision(&revision), list(&problems));
             let source = Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision));
             let applied = Verdict::new(false, REASON_VALIDATION_FAILED, &message);
             // A tenant fixes this with a push, which the next poll (or the webhook) picks up.
@@ -187,7 +188,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             let intent =
                 inventory.iter().any(|entry| !recorded.contains(entry)).then(|| union(&status.inventory, &inventory));
             let message =
-                format!("applied {} objects of revision {} into {namespace}", objects.len(), short(&revision));
+                format!("applied {} objects of revision {} into {namespace}", objects.len(), short_revision(&revision));
             Plan {
                 health: Some(Health::Ready { reason: REASON_SUCCEEDED.into(), message: message.clone() }),
                 source_ready: Some(Verdict::new(true, REASON_SUCCEEDED, fetched_message(&revision))),
@@ -252,7 +253,7 @@ impl Plan {
         let sent = self.apply.as_ref().map_or(0, Vec::len);
         let problems: Vec<Problem> =
             refusals.iter().flat_map(|refusal| refusal.problems(self.origins.get(&refusal.entry))).collect();
-        let revision = self.fetched_revision.as_deref().map(short).unwrap_or_default().to_owned();
+        let revision = self.fetched_revision.as_deref().map(short_revision).unwrap_or_default().to_owned();
         let message = format!(
             "revision {revision} was not applied: the API server refused {} of {sent} objects in a server-side dry run as {user}, so nothing was written: {}",
             refusals.len(),
@@ -329,10 +330,6 @@ fn stalled(reason: &str, message: String) -> Health {
 
 fn fetched_message(revision: &str) -> String {
     format!("fetched revision {revision}")
-}
-
-fn short(revision: &str) -> &str {
-    revision.get(..12).unwrap_or(revision)
 }
 
 /// `file:doc: field: message; …`.

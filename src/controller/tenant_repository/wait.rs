@@ -32,7 +32,7 @@ use super::{REASON_INVALID_SPEC, parse_go_duration};
 use crate::api::tenant_repository::{HealthCheckStatus, InventoryEntry, TenantRepository};
 use crate::apply::Writer;
 use crate::apply::refusal::Origins;
-use crate::apply::server_side::{impersonating_client, service_account_user};
+use crate::apply::server_side::service_account_user;
 use crate::controller::conditions::Health;
 use crate::health::{self, Assessment, Status};
 use crate::problem::Problem;
@@ -248,7 +248,7 @@ pub async fn wait(
 /// Reads every object of `inventory` as `user` and computes its kstatus health; an object that
 /// cannot be read counts as not healthy, saying why.
 async fn read(writer: &Writer, user: &str, inventory: &[InventoryEntry]) -> Vec<Checked> {
-    let client = match impersonating_client(writer.client(), user) {
+    let client = match writer.tenant(user) {
         Ok(client) => Some(client),
         Err(error) => {
             tracing::warn!(%error, "building the tenant's client for the health check");
