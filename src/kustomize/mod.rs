@@ -1,12 +1,18 @@
-//! The native kustomize build (issue #15), in progress: this part is its patch engine.
+//! The native kustomize build (issue #15): a kustomization directory turned into the objects
+//! `kubectl kustomize` (kustomize v5.5) prints, as a documented subset (docs/kustomize.md).
 //!
-//! [`patch`] reads the patch fields of a kustomization (`patches`, `patchesStrategicMerge`,
-//! `patchesJson6902`) and applies them to already-loaded objects as kustomize v5.5 does:
-//! strategic merge with Kubernetes' patch merge keys ([`patch::schema`], generated from the
-//! OpenAPI document), JSON 6902 ([`patch::json6902`]), and [`target`] selectors. Everything here
-//! is a pure function over `serde_json::Value`s; nothing reads files but through the loader the
-//! builder passes in. docs/kustomize.md says field by field what is supported and what is
-//! refused.
+//! [`build`] walks the kustomization tree (resources, bases, components) through [`files`] and
+//! runs kustomize's generators ([`generator`]) and transformers in its order: [`patch`] (strategic
+//! merge and JSON 6902, [`target`] selectors), [`names`] (namespace, prefix/suffix, hash suffix,
+//! name references) and [`fields`] (labels, annotations, images, replicas). Everything here is a
+//! pure function over `serde_json::Value`s; nothing reads a file but through [`files::Files`],
+//! which the loader gives.
 
+pub mod build;
+pub mod fields;
+pub mod files;
+pub mod generator;
+pub mod names;
 pub mod patch;
+pub mod resource;
 pub mod target;
