@@ -186,6 +186,52 @@ fn a_gitlab_setup_missing_a_setting_is_refused_naming_it() {
 }
 
 #[test]
+fn the_commit_status_settings_reach_the_controller_as_its_flags() {
+    let Some(helm) = Helm::get("the_commit_status_settings_reach_the_controller_as_its_flags") else { return };
+    let gitlab = [
+        "template",
+        "cdtarget",
+        CHART,
+        "--set",
+        "gitlab.enabled=true,gitlab.url=https://gitlab.example.com,gitlab.webhookExternalURL=https://cd.example.com",
+        "--set",
+        "gitlab.existingSecret=cdtarget-gitlab",
+    ];
+    let env = |rendered: &[Value]| -> Vec<(String, String)> {
+        find(rendered, "Deployment", "cdtarget")["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("CDTARGET_GITLAB_") && n.contains("STATUS")))
+            .map(|e| (e["name"].as_str().unwrap().to_owned(), e["value"].as_str().unwrap_or_default().to_owned()))
+            .collect()
+    };
+    // Defaults: statuses on, the controller's own name and no link.
+    let rendered = documents(&helm.success(&gitlab));
+    assert_eq!(env(&rendered), [("CDTARGET_GITLAB_COMMIT_STATUS".to_owned(), "true".to_owned())]);
+    let set = [
+        "--set",
+        "gitlab.commitStatus=false",
+        // JSON values: `--set` would read `{...}` as a list.
+        "--set-json",
+        r#"gitlab.statusName="cd/{targetNamespace}""#,
+        "--set-json",
+        r#"gitlab.statusTargetURL="https://grafana.example.com/d?rev={revision}""#,
+    ];
+    let rendered = documents(&helm.success(&[&gitlab[..], &set[..]].concat()));
+    assert_eq!(
+        env(&rendered),
+        [
+            ("CDTARGET_GITLAB_COMMIT_STATUS".to_owned(), "false".to_owned()),
+            ("CDTARGET_GITLAB_STATUS_NAME".to_owned(), "cd/{targetNamespace}".to_owned()),
+            ("CDTARGET_GITLAB_STATUS_TARGET_URL".to_owned(), "https://grafana.example.com/d?rev={revision}".to_owned()),
+        ]
+    );
+    let refused = helm.failure(&[&gitlab[..], &["--set", "gitlab.statusTargetURL=ftp://x"][..]].concat());
+    assert!(refused.contains("/gitlab/statusTargetURL"), "{refused}");
+}
+
+#[test]
 fn the_sharded_chart_runs_one_controller_per_shard_with_its_own_lease_selector_and_service() {
     let test = "the_sharded_chart_runs_one_controller_per_shard_with_its_own_lease_selector_and_service";
     let Some(helm) = Helm::get(test) else { return };
