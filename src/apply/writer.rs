@@ -126,12 +126,18 @@ pub enum Write {
 }
 
 /// What an executed [`Write`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Done {
     /// Objects applied or deleted (the tenant writes, the deletion of a stale `SyncStatus`).
     Objects(usize),
     /// The one object was written.
     Written,
+    /// A `SyncStatus` was written; its uid, for Events regarding it (a new one has no other
+    /// source of it yet: the watch has not seen it).
+    SyncStatusWritten {
+        /// `metadata.uid` as the API server returned it.
+        uid: Option<String>,
+    },
     /// [`Write::CreateSecret`] found the Secret there already.
     AlreadyExists,
 }
@@ -359,20 +365,25 @@ impl Writer {
                 let resource = ApiResource::erase::<SyncStatus>(&());
                 let api: Api<SyncStatus> = Api::namespaced(self.client.clone(), &namespace);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
+                let mut uid = None;
                 if let Some(object) = object {
-                    api.patch(&name, &params, &Patch::Apply(&object))
+                    let written = api
+                        .patch(&name, &params, &Patch::Apply(&object))
                         .await
                         .map_err(|source| refused(server_side::APPLYING, &resource.kind, &namespace, &name, source))?;
+                    uid = written.metadata.uid;
                     self.record("apply", &resource.kind, &namespace, &name);
                 }
                 if let Some(status) = status {
                     let body = json!({ "apiVersion": resource.api_version, "kind": resource.kind, "status": status });
-                    api.patch_status(&name, &params, &Patch::Apply(&body))
+                    let written = api
+                        .patch_status(&name, &params, &Patch::Apply(&body))
                         .await
                         .map_err(|source| refused(WRITING_STATUS, &resource.kind, &namespace, &name, source))?;
+                    uid = uid.or(written.metadata.uid);
                     self.record("status", &resource.kind, &namespace, &name);
                 }
-                Ok(Done::Written)
+                Ok(Done::SyncStatusWritten { uid })
             }
             Write::DeleteSyncStatus { namespace, name, uid } => {
                 let api: Api<SyncStatus> = Api::namespaced(self.client.clone(), &namespace);

@@ -161,6 +161,23 @@ async fn a_tenant_reads_in_its_own_namespace_what_happened_to_every_push() {
 }
 
 #[tokio::test]
+async fn a_refusal_in_the_reconcile_that_creates_the_sync_status_regards_it_by_uid() {
+    let test = "a_refusal_in_the_reconcile_that_creates_the_sync_status_regards_it_by_uid";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    // The very first revision is refused: the SyncStatus and the Event come from one reconcile.
+    let broken = CDTARGET.replace("10.20.0.10", "not-an-ip");
+    let tenant = Tenant::onboard(cluster, &[("deploy/agents.yaml", broken.as_str())]);
+    let log = shared_controller(cluster).await;
+    let first = tenant.repo.head("main").expect("the first commit");
+    let event = event_until(&tenant, "ValidationFailed", &first[..12], log).await;
+    assert_regards_the_sync_status(&event, &tenant);
+    let statuses: Api<SyncStatus> = Api::namespaced(cluster.admin_client().await, &tenant.ns);
+    let uid = statuses.get(&tenant.ns).await.expect("the SyncStatus").metadata.uid;
+    // `kubectl describe syncstatus` finds Events by this uid.
+    assert_eq!(event.regarding.as_ref().and_then(|r| r.uid.clone()), uid, "{event:#?}");
+}
+
+#[tokio::test]
 async fn tenant_people_read_their_own_sync_status_and_events_only_and_a_push_cannot_write_one() {
     let test = "tenant_people_read_their_own_sync_status_and_events_only_and_a_push_cannot_write_one";
     let Some((cluster, _)) = installed_cluster(test) else { return };

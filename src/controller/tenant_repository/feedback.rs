@@ -23,7 +23,7 @@ use super::{APPLIED, REASON_APPLY_FAILED, REASON_PRUNE_FAILED, REASON_VALIDATION
 use crate::api::sync_status::{LocatedProblem, RegistrationReference, SyncReport};
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
 use crate::api::{API_VERSION, SyncStatus, SyncStatusSpec, SyncStatusStatus, labels};
-use crate::apply::{Write, WriteError, Writer};
+use crate::apply::{Done, Write, Writer};
 use crate::controller::conditions;
 use crate::controller::events::{EventSink, Notice};
 use crate::problem::Problem;
@@ -209,16 +209,21 @@ pub async fn report(
     let previous = feedback.store.get(&key);
     let inputs = Inputs { previous: previous.as_deref(), ..inputs };
     let next = sync_status(&inputs);
-    let written = match changes(previous.as_deref(), &next) {
-        Some(write) => writer.execute(write).await.map(|_| ()).map_err(|e: WriteError| e.to_string()),
-        None => Ok(()),
+    let (written, written_uid) = match changes(previous.as_deref(), &next) {
+        Some(write) => match writer.execute(write).await {
+            Ok(Done::SyncStatusWritten { uid }) => (Ok(()), uid),
+            Ok(_) => (Ok(()), None),
+            Err(e) => (Err(e.to_string()), None),
+        },
+        None => (Ok(()), None),
     };
     let regarding = ObjectReference {
         api_version: Some(API_VERSION.into()),
         kind: Some("SyncStatus".into()),
         namespace: next.namespace(),
         name: Some(next.name_any()),
-        uid: previous.as_ref().and_then(|p| p.uid()),
+        // A SyncStatus created by this very reconcile is not in the watch's store yet.
+        uid: previous.as_ref().and_then(|p| p.uid()).or(written_uid),
         ..ObjectReference::default()
     };
     for notice in notices(previous.as_deref(), &next, inputs.executed) {
