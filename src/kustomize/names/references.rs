@@ -195,7 +195,7 @@ fn build() -> Vec<NameReference> {
         NameReference {
             target: gvk("", "v1", "Service"),
             referrers: vec![
-                referrer(gvk("apps", "", ""), &["spec", "serviceName"]),
+                referrer(gvk("apps", "", "StatefulSet"), &["spec", "serviceName"]),
                 ingress_backend(&["spec", "rules", "http", "paths", "backend", "serviceName"]),
                 ingress_backend(&["spec", "backend", "serviceName"]),
                 ingress_backend(&["spec", "rules", "http", "paths", "backend", "service", "name"]),
@@ -310,6 +310,7 @@ mod tests {
     #[test]
     fn an_empty_part_of_a_pattern_matches_anything() {
         assert!(gvk("apps", "", "").selects("apps", "v1", "StatefulSet"));
+        assert!(!gvk("apps", "", "StatefulSet").selects("apps", "v1", "Deployment"));
         assert!(!gvk("apps", "", "").selects("", "v1", "Service"));
         assert!(gvk("", "v1", "Pod").selects("", "v1", "Pod"));
         assert!(!gvk("", "v1", "Pod").selects("", "v2", "Pod"));
