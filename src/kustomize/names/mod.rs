@@ -471,11 +471,11 @@ fn resolve(
         return Ok(Some((first.name.clone(), first.namespace.clone())));
     }
     let named: Vec<&str> = candidates.iter().map(|c| c.described.as_str()).collect();
+    let (last, others) = named.split_last().unwrap_or((&"", &[]));
     Err(format!(
-        "`{old}` could mean any of {}; kustomize refuses this too (give the {} different names before \
-         the prefix or suffix that makes them alike, or refer to one from a kustomization that holds only it)",
-        named.join(", "),
-        target.kind
+        "`{old}` could mean {} or {last}; kustomize refuses this too: give them different names, or write \
+         the reference where the object it means is (under the same namePrefix and nameSuffix)",
+        others.join(", ")
     ))
 }
 

@@ -330,11 +330,11 @@ fn a_reference_several_objects_answer_to_alike_is_a_problem_naming_them() {
     assert_eq!(problems.len(), 1, "{problems:?}");
     let text = problems[0].to_string();
     assert!(
-        text.starts_with("deployment.yaml:1: spec.template.spec.volumes[0].configMap.name: `settings` could mean"),
+        text.starts_with("deployment.yaml:1: spec.template.spec.volumes[0].configMap.name: `settings` could mean ConfigMap top-a-settings"),
         "{text}"
     );
     assert!(text.contains("ConfigMap top-a-settings (cm.yaml, document 1)"), "{text}");
-    assert!(text.contains("ConfigMap top-b-settings (b/cm.yaml, document 1)"), "{text}");
+    assert!(text.contains(" or ConfigMap top-b-settings (b/cm.yaml, document 1);"), "{text}");
 }
 
 #[test]
