@@ -290,14 +290,18 @@ pub fn fix_references(resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
     let index = Index::new(resources);
     let table = default_name_references();
     let mut problems = Vec::new();
+    // The table's fields that apply to each group, version and kind, worked out once per type.
+    let mut by_type: HashMap<(&str, &str, &str), Vec<(Gvk, &references::Referrer)>> = HashMap::new();
     for (at, resource) in resources.iter_mut().enumerate() {
         let me = &index.candidates[at];
-        let mut applicable = table
-            .iter()
-            .flat_map(|reference| reference.referrers.iter().map(move |r| (reference.target, r)))
-            .filter(|(_, r)| r.gvk.selects(&me.group, &me.version, &me.kind))
-            .peekable();
-        if applicable.peek().is_none() {
+        let applicable = by_type.entry((&me.group, &me.version, &me.kind)).or_insert_with(|| {
+            table
+                .iter()
+                .flat_map(|reference| reference.referrers.iter().map(move |r| (reference.target, r)))
+                .filter(|(_, r)| r.gvk.selects(&me.group, &me.version, &me.kind))
+                .collect()
+        });
+        if applicable.is_empty() {
             continue;
         }
         let referrer = match referrer(resource, me) {
@@ -307,7 +311,7 @@ pub fn fix_references(resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
                 continue;
             }
         };
-        for (target, spec) in applicable {
+        for &(target, spec) in applicable.iter() {
             let role_ref = spec.path.ends_with(&["roleRef", "name"]);
             let mut lookup = |old: &str, shape: &Shape, field: &str| {
                 resolve(&index, &referrer, target, role_ref, old, shape)
