@@ -268,6 +268,15 @@ impl Referrer<'_> {
     }
 }
 
+/// A field of the table that applies to a referrer, with the kind it refers to.
+type Applicable<'a> = (Gvk, &'a references::Referrer);
+
+/// The name (and namespace, as written) a reference resolves to.
+type Referral = (String, Option<String>);
+
+/// Resolves a name found at a field (`old`, its shape, the field's path).
+type Lookup<'a> = dyn FnMut(&str, &Shape, &str) -> Result<Option<Referral>, Problem> + 'a;
+
 /// What a reference field holds: a bare name, or a map with `name` (and maybe `namespace`).
 enum Shape {
     Scalar,
@@ -291,7 +300,7 @@ pub fn fix_references(resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
     let table = default_name_references();
     let mut problems = Vec::new();
     // The table's fields that apply to each group, version and kind, worked out once per type.
-    let mut by_type: HashMap<(&str, &str, &str), Vec<(Gvk, &references::Referrer)>> = HashMap::new();
+    let mut by_type: HashMap<(&str, &str, &str), Vec<Applicable<'_>>> = HashMap::new();
     for (at, resource) in resources.iter_mut().enumerate() {
         let me = &index.candidates[at];
         let applicable = by_type.entry((&me.group, &me.version, &me.kind)).or_insert_with(|| {
@@ -355,12 +364,7 @@ fn referrer<'a>(resource: &Resource, me: &'a Candidate) -> Result<Referrer<'a>, 
 }
 
 /// Rewrites one reference node (a scalar, a map with `name`, or a list of either).
-fn set_reference(
-    node: &mut Value,
-    field: &str,
-    resolve: &mut dyn FnMut(&str, &Shape, &str) -> Result<Option<(String, Option<String>)>, Problem>,
-    problems: &mut Vec<Problem>,
-) {
+fn set_reference(node: &mut Value, field: &str, resolve: &mut Lookup<'_>, problems: &mut Vec<Problem>) {
     match node {
         Value::Null => {}
         Value::Array(elements) => {
@@ -427,7 +431,7 @@ fn resolve(
     role_ref: bool,
     old: &str,
     shape: &Shape,
-) -> Result<Option<(String, Option<String>)>, String> {
+) -> Result<Option<Referral>, String> {
     let Some(named) = index.by_earlier_name.get(&(target.kind.to_owned(), old.to_owned())) else {
         return Ok(None);
     };
