@@ -374,6 +374,50 @@ fn a_service_account_subject_takes_the_accounts_new_name_and_namespace() {
     assert_eq!(subjects[2], json!({"kind": "ServiceAccount", "name": "stranger"}));
 }
 
+fn account_and_binding(account_namespace: Option<&str>, subject_namespace: &str) -> Vec<Resource> {
+    let mut account =
+        resource("sa.yaml", json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app"}}));
+    if let Some(namespace) = account_namespace {
+        account.object["metadata"]["namespace"] = json!(namespace);
+    }
+    let binding = resource(
+        "binding.yaml",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "b"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": subject_namespace}]
+        }),
+    );
+    vec![account, binding]
+}
+
+#[test]
+fn a_subject_naming_the_accounts_original_namespace_follows_it_into_the_overlays() {
+    let mut resources = account_and_binding(Some("team-a"), "team-a");
+    set_namespace(&mut resources, "tenant").expect("namespace");
+    add_prefix_suffix(&mut resources, "p-", "").expect("prefix");
+    fix_references(&mut resources).expect("references");
+    assert_eq!(
+        at(&resources[1], "/subjects/0"),
+        &json!({"kind": "ServiceAccount", "name": "p-app", "namespace": "tenant"})
+    );
+}
+
+#[test]
+fn a_subject_naming_the_namespace_a_base_gave_the_account_is_left_as_written() {
+    // The account had no namespace in its file; the base put it in team-a, the overlay in tenant:
+    // its original namespace is `default`, so kustomize does not take the subject for it.
+    let mut resources = account_and_binding(None, "team-a");
+    set_namespace(&mut resources, "team-a").expect("namespace");
+    set_namespace(&mut resources, "tenant").expect("namespace");
+    add_prefix_suffix(&mut resources, "p-", "").expect("prefix");
+    fix_references(&mut resources).expect("references");
+    assert_eq!(
+        at(&resources[1], "/subjects/0"),
+        &json!({"kind": "ServiceAccount", "name": "app", "namespace": "team-a"})
+    );
+}
+
 #[test]
 fn role_ref_follows_the_kind_it_names() {
     let role = |kind: &str| {
