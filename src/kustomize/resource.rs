@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::problem::Problem;
+
 /// Where a built object came from, for problems and for the loader's locations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -77,5 +79,77 @@ impl Resource {
     /// `kind`.
     pub fn kind(&self) -> &str {
         self.object.get("kind").and_then(Value::as_str).unwrap_or_default()
+    }
+}
+
+// === impl Resource: identity helpers (names slice) ===
+
+impl Resource {
+    /// `apiVersion`.
+    pub fn api_version(&self) -> &str {
+        self.object.get("apiVersion").and_then(Value::as_str).unwrap_or_default()
+    }
+
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version().split_once('/').map_or("", |(group, _)| group)
+    }
+
+    /// `metadata.namespace`, when it is a non-empty string.
+    pub fn namespace(&self) -> Option<&str> {
+        self.object.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty())
+    }
+
+    /// Sets `metadata.name`, creating `metadata` if needed.
+    pub fn set_name(&mut self, name: &str) {
+        set_metadata(&mut self.object, "name", name);
+    }
+
+    /// Remembers the current name and namespace as an earlier one, before a rename (kustomize's
+    /// `StorePreviousId`).
+    pub fn remember_id(&mut self) {
+        let id = PreviousId { name: self.name().to_owned(), namespace: self.namespace().map(str::to_owned) };
+        self.previous.push(id);
+    }
+
+    /// The namespace it had before any rename in the build (kustomize's "original id").
+    pub fn original_namespace(&self) -> Option<&str> {
+        match self.previous.first() {
+            Some(first) => first.namespace.as_deref().filter(|n| !n.is_empty()),
+            None => self.namespace(),
+        }
+    }
+
+    /// Places `problem` where the object came from.
+    pub fn locate(&self, problem: Problem) -> Problem {
+        match &self.origin {
+            Origin::Document { file, index, line } => problem.located(file, Some(*index), Some(*line)),
+            Origin::Generator { file, field } => problem.under(field).located(file, None, None),
+        }
+    }
+
+    /// The object for a message: `ConfigMap ns/name (base/cm.yaml, document 1)`.
+    pub fn describe(&self) -> String {
+        let id = match self.namespace() {
+            Some(namespace) => format!("{} {namespace}/{}", self.kind(), self.name()),
+            None => format!("{} {}", self.kind(), self.name()),
+        };
+        match &self.origin {
+            Origin::Document { file, index, .. } => format!("{id} ({file}, document {index})"),
+            Origin::Generator { file, field } => format!("{id} ({file}, {field})"),
+        }
+    }
+}
+
+/// Sets `metadata.<field>` to `text`, making `metadata` a map if it is missing or not one.
+fn set_metadata(object: &mut Value, field: &str, text: &str) {
+    if let Some(map) = object.as_object_mut() {
+        let metadata = map.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+        if !metadata.is_object() {
+            *metadata = Value::Object(Default::default());
+        }
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.insert(field.to_owned(), Value::String(text.to_owned()));
+        }
     }
 }
