@@ -132,6 +132,7 @@ cases!(
     fields_labels_without_selectors,
     fields_labels_include_templates,
     fields_labels_entries_then_common_labels,
+    fields_labels_narrower_change_refused,
     fields_labels_number_value_is_an_error,
     fields_labels_custom_field_specs_refused,
     fields_common_annotations_on_templates,

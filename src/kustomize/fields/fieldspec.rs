@@ -129,6 +129,40 @@ fn step(
     }
 }
 
+/// Calls `visit` on every field `spec` reaches in `object` as it stands, creating and changing
+/// nothing (a check, not a transformer).
+pub fn find(object: &Value, spec: &FieldSpec, visit: &mut dyn FnMut(&Value, &str)) {
+    if spec.selects(object) {
+        let segments: Vec<&str> = spec.path.split('/').collect();
+        find_step(object, &segments, &mut String::new(), visit);
+    }
+}
+
+fn find_step(node: &Value, segments: &[&str], at: &mut String, visit: &mut dyn FnMut(&Value, &str)) {
+    let Some((first, rest)) = segments.split_first() else {
+        return visit(node, at);
+    };
+    let len = at.len();
+    match node {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                at.push_str(&format!("[{i}]"));
+                find_step(item, segments, at, visit);
+                at.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            let name = first.strip_suffix("[]").unwrap_or(first);
+            if let Some(field) = map.get(name) {
+                *at = join_path(at, name);
+                find_step(field, rest, at, visit);
+                at.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The JSON type of a value, for messages (`a string`).
 pub fn shape(value: &Value) -> &'static str {
     match value {
@@ -256,7 +290,10 @@ mod tests {
         let mut reached = Vec::new();
         walk(object, spec, Create::Map, &mut |node, at| {
             reached.push(at.to_owned());
-            node.as_object_mut().expect("a map").insert("x".into(), json!("1"));
+            // A null leaf is only reached without `create`; the label setter leaves it alone.
+            if let Some(map) = node.as_object_mut() {
+                map.insert("x".into(), json!("1"));
+            }
             Ok(())
         })?;
         Ok(reached)
@@ -286,7 +323,8 @@ mod tests {
     fn without_create_missing_and_null_fields_end_the_walk() {
         let mut object = json!({"spec": {"selector": {"matchLabels": null}}, "other": null});
         let before = object.clone();
-        assert!(set_x(&mut object, &spec("", "", "", "spec/selector/matchLabels", false)).unwrap().is_empty());
+        let reached = set_x(&mut object, &spec("", "", "", "spec/selector/matchLabels", false)).unwrap();
+        assert_eq!(reached, ["spec.selector.matchLabels"], "a null leaf is handed to the setter as it is");
         assert!(set_x(&mut object, &spec("", "", "", "spec/podSelector/matchLabels", false)).unwrap().is_empty());
         assert!(set_x(&mut object, &spec("", "", "", "other/x/y", false)).unwrap().is_empty());
         assert_eq!(object, before);

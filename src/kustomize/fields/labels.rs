@@ -8,9 +8,9 @@
 
 use serde_json::Value;
 
-use super::fieldspec::{COMMON_LABELS, Create, FieldSpec, METADATA_LABELS, TEMPLATE_LABELS, shape, walk};
+use super::fieldspec::{COMMON_LABELS, Create, FieldSpec, METADATA_LABELS, TEMPLATE_LABELS, find, shape, walk};
 use super::{MAX_ENTRIES, known_keys, label_value, list, qualified_name, string_map};
-use crate::problem::{Problem, Problems};
+use crate::problem::{Problem, Problems, join_path};
 
 /// `commonLabels` and `labels` of one kustomization.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -82,15 +82,29 @@ impl Labels {
 
     /// Applies them to one object. A label field that is not a map (`metadata.labels: x`) is a
     /// problem at that field of the object.
+    ///
+    /// Refused: a set that changes a label's value where it writes, while the same label with
+    /// the old value stays in a selector or template it does not write. kustomize v5.5 writes
+    /// one shared YAML node to every field a transformer sets in an object, and a later write to
+    /// one of them changes them all: an overlay's `labels` entry (or a later entry of the same
+    /// kustomization) without `includeSelectors` then silently rewrites the selectors that a
+    /// base's `commonLabels` wrote, but not selectors the resource file wrote itself. Which one
+    /// happened cannot be told from the object, so neither is guessed.
     pub fn apply(&self, object: &mut Value) -> Result<(), Problem> {
         for set in &self.sets {
+            let mut changed: Vec<(&str, String, &str)> = Vec::new();
             for spec in set.specs {
                 walk(object, spec, Create::Map, &mut |node, at| match node {
                     // Only reached without `create`: kustomize leaves a null selector alone.
                     Value::Null => Ok(()),
                     Value::Object(labels) => {
                         for (key, value) in &set.pairs {
-                            labels.insert(key.clone(), Value::String(value.clone()));
+                            let old = labels.insert(key.clone(), Value::String(value.clone()));
+                            if let Some(Value::String(old)) = old
+                                && old != *value
+                            {
+                                changed.push((key, old, value));
+                            }
                         }
                         Ok(())
                     }
@@ -99,6 +113,31 @@ impl Labels {
                         format!("{} cannot add labels here: expected a map, found {}", set.field, shape(other)),
                     )),
                 })?;
+            }
+            if changed.is_empty() {
+                continue;
+            }
+            let mut stale = None;
+            for spec in COMMON_LABELS.iter().filter(|spec| !set.specs.contains(spec)) {
+                find(object, spec, &mut |node, at| {
+                    for (key, old, new) in &changed {
+                        if stale.is_none() && node.get(*key).and_then(Value::as_str) == Some(old) {
+                            stale = Some(Problem::field(
+                                join_path(at, key),
+                                format!(
+                                    "{} changes label `{key}` from `{old}` to `{new}` but not here, where it is `{old}` \
+                                     too: kustomize v5.5 changes it here as well when one transformer (`commonLabels` \
+                                     or `includeSelectors`, here or in a base) wrote both, and not otherwise; set it \
+                                     with `includeSelectors: true` to change it everywhere, or keep its value",
+                                    set.field
+                                ),
+                            ));
+                        }
+                    }
+                });
+            }
+            if let Some(problem) = stale {
+                return Err(problem);
             }
         }
         Ok(())
@@ -172,6 +211,41 @@ mod tests {
         .apply(&mut object)
         .unwrap();
         assert_eq!(object["metadata"]["labels"], json!({"k": "common"}));
+    }
+
+    #[test]
+    fn a_narrower_set_changing_a_label_a_selector_also_holds_is_refused() {
+        // A base's commonLabels, then an overlay's labels entry without includeSelectors: in
+        // kustomize the overlay's value would leak into the base's selector.
+        let mut object = deployment();
+        labels(json!({"commonLabels": {"owner": "alice"}})).apply(&mut object).unwrap();
+        let problem = labels(json!({"labels": [{"pairs": {"owner": "bob"}}]})).apply(&mut object).unwrap_err();
+        assert_eq!(problem.field, "spec.selector.matchLabels.owner");
+        assert!(
+            problem.message.starts_with("labels[0] changes label `owner` from `alice` to `bob`"),
+            "{}",
+            problem.message
+        );
+        // The same within one kustomization: a later entry narrower than an earlier one.
+        let mut object = deployment();
+        let both = labels(json!({"labels": [
+            {"pairs": {"owner": "alice"}, "includeSelectors": true},
+            {"pairs": {"owner": "bob"}, "includeTemplates": true},
+        ]}));
+        assert_eq!(both.apply(&mut object).unwrap_err().field, "spec.selector.matchLabels.owner");
+    }
+
+    #[test]
+    fn changing_a_label_everywhere_or_where_no_selector_holds_it_is_fine() {
+        let mut object = deployment();
+        labels(json!({"commonLabels": {"owner": "alice"}})).apply(&mut object).unwrap();
+        labels(json!({"labels": [{"pairs": {"owner": "bob"}, "includeSelectors": true}]})).apply(&mut object).unwrap();
+        assert_eq!(object["spec"]["selector"]["matchLabels"]["owner"], "bob");
+        let mut object = deployment();
+        labels(json!({"labels": [{"pairs": {"owner": "alice"}}]})).apply(&mut object).unwrap();
+        labels(json!({"labels": [{"pairs": {"owner": "bob"}}]})).apply(&mut object).unwrap();
+        assert_eq!(object["metadata"]["labels"]["owner"], "bob");
+        labels(json!({"labels": [{"pairs": {"app": "web"}}]})).apply(&mut object).unwrap();
     }
 
     #[test]
