@@ -10,6 +10,8 @@
 //! then `@sha256:digest` (kustomize's rule, with the name taken literally: kustomize reads it
 //! as a regular expression, where `.` matches any character).
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::fieldspec::{Create, IMAGES, shape, walk};
@@ -89,35 +91,44 @@ impl Images {
         if self.entries.is_empty() || object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
             return Ok(());
         }
-        for (i, entry) in self.entries.iter().enumerate() {
-            let mut at = String::new();
-            containers_anywhere(object, &mut at, &mut |image, at| entry.set(image, at, i))?;
-            for spec in IMAGES {
-                walk(object, spec, Create::Nothing, &mut |image, at| entry.set(image, at, i))?;
-            }
+        // kustomize runs entry by entry, each over both walks; since one entry applied twice to
+        // an image gives what it gives once, that is every entry in order, once per image field
+        // either walk reaches: one pass over the object, not one per entry.
+        let mut seen = HashSet::new();
+        let mut at = String::new();
+        containers_anywhere(object, &mut at, &mut |image, at| {
+            seen.insert(at.to_owned());
+            self.set(image, at)
+        })?;
+        for spec in IMAGES {
+            walk(object, spec, Create::Nothing, &mut |image, at| {
+                if seen.insert(at.to_owned()) { self.set(image, at) } else { Ok(()) }
+            })?;
         }
         Ok(())
     }
-}
 
-impl Image {
-    /// Rewrites `image` (at `at` in the object) when it matches.
-    fn set(&self, image: &mut Value, at: &str, index: usize) -> Result<(), Problem> {
+    /// Rewrites `image` (at `at` in the object) by every entry in order.
+    fn set(&self, image: &mut Value, at: &str) -> Result<(), Problem> {
         match image {
             Value::Null => Ok(()),
             Value::String(current) => {
-                if let Some(new) = self.rewrite(current) {
-                    *current = new;
+                for entry in &self.entries {
+                    if let Some(new) = entry.rewrite(current) {
+                        *current = new;
+                    }
                 }
                 Ok(())
             }
             other => Err(Problem::field(
                 at,
-                format!("images[{index}] cannot read this image: expected a string, found {}", shape(other)),
+                format!("images cannot read this image: expected a string, found {}", shape(other)),
             )),
         }
     }
+}
 
+impl Image {
     /// The image after this entry, or `None` when it does not match.
     fn rewrite(&self, image: &str) -> Option<String> {
         if !matches(image, &self.name) {
@@ -389,6 +400,14 @@ mod tests {
             .apply(&mut pod)
             .unwrap();
         assert_eq!(pod["spec"]["containers"][0]["image"], "nginx:3");
+    }
+
+    #[test]
+    fn each_image_is_rewritten_once_by_the_chain_of_entries() {
+        // b→c then a→b: `a` ends as `b`, not `c` (a second pass of the whole chain would give c).
+        let mut pod = json!({"kind": "Pod", "spec": {"containers": [{"image": "a:1"}]}});
+        images(json!([{"name": "b", "newName": "c"}, {"name": "a", "newName": "b"}])).apply(&mut pod).unwrap();
+        assert_eq!(pod["spec"]["containers"][0]["image"], "b:1");
     }
 
     #[test]
