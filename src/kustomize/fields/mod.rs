@@ -2,8 +2,10 @@
 //!
 //! Each reads its fields of a kustomization (`read`, every problem at once, located by field
 //! such as `images[2].digest`) and applies them to one object (`apply`), walking kustomize's
-//! default field specs ([`fieldspec`]). kustomize runs them in this order at each level: labels,
-//! annotations, replicas, images.
+//! default field specs ([`fieldspec`]). kustomize runs them at each level after the patches and
+//! the name transformers, each over every object before the next: labels, annotations, then
+//! `patchesJson6902`, then replicas ([`replicas::Replicas::apply_all`], which also fails on an
+//! entry nothing answers to), then images.
 
 pub mod annotations;
 pub mod fieldspec;
