@@ -136,6 +136,7 @@ cases!(
     fields_labels_number_value_is_an_error,
     fields_labels_custom_field_specs_refused,
     fields_common_annotations_on_templates,
+    fields_nulls_as_kustomize_treats_them,
     fields_images_tags_digests_and_registries,
     fields_images_init_containers_anywhere,
     fields_images_entries_apply_in_order,
