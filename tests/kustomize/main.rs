@@ -1,6 +1,7 @@
 //! The kustomize patch engine (`src/kustomize/`) against `kubectl kustomize` (kustomize v5.5) as
 //! the oracle: hand-written cases under `cases/` (`oracle`), generated Deployments and patches
-//! (`properties`), and the merge key table against the test control plane's OpenAPI document
+//! (`properties`), the fields transformers over the `fields-*` cases of `builds/` (`fields`),
+//! and the merge key table against the test control plane's OpenAPI document
 //! (`merge_keys`).
 //!
 //! Without kubectl every oracle test prints a SKIP line and passes; under `CI=true` it fails.
@@ -8,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod fields;
 mod merge_keys;
 mod oracle;
 mod properties;
