@@ -306,7 +306,13 @@ fn kustomize_refuses_a_generator_file_above_the_kustomization_and_so_does_cdtarg
     if !kubectl_available(test) {
         return;
     }
-    let mut case = case("", &[("outside.txt", b"x"), ("app/kustomization.yaml", b"configMapGenerator: [{name: c, files: [../outside.txt]}]")]);
+    let mut case = case(
+        "",
+        &[
+            ("outside.txt", b"x"),
+            ("app/kustomization.yaml", b"configMapGenerator: [{name: c, files: [../outside.txt]}]"),
+        ],
+    );
     case.remove("kustomization.yaml");
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), &case);

@@ -15,9 +15,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 pub use self::hash::content_hash;
-use self::sources::{
-    encode_base64, invalid_key, parse_env, parse_file_source, parse_literal, read_file, resolve,
-};
+use self::sources::{encode_base64, invalid_key, parse_env, parse_file_source, parse_literal, read_file, resolve};
 use super::files::Files;
 use super::resource::{Origin, Resource};
 use crate::problem::{Problem, Problems};
@@ -135,7 +133,9 @@ impl GeneratedKind {
 
     fn fields(self) -> &'static [&'static str] {
         match self {
-            GeneratedKind::ConfigMap => &["name", "namespace", "behavior", "literals", "files", "envs", "env", "options"],
+            GeneratedKind::ConfigMap => {
+                &["name", "namespace", "behavior", "literals", "files", "envs", "env", "options"]
+            }
             GeneratedKind::Secret => {
                 &["name", "namespace", "behavior", "literals", "files", "envs", "env", "options", "type"]
             }
@@ -278,7 +278,11 @@ impl Context<'_> {
             if !self.kind.fields().contains(&key.as_str()) {
                 problems.push(
                     format!("{field}.{key}"),
-                    format!("unknown field; a {} entry takes {}", self.kind.list_field(), self.kind.fields().join(", ")),
+                    format!(
+                        "unknown field; a {} entry takes {}",
+                        self.kind.list_field(),
+                        self.kind.fields().join(", ")
+                    ),
                 );
             }
         }
@@ -451,7 +455,8 @@ pub fn absorb(resources: &mut Vec<Resource>, generated: Generated, kustomization
         None | Some("") => "default".to_owned(),
         Some(ns) => ns.to_owned(),
     };
-    let (kind, name, namespace) = (generated.kind().to_owned(), generated.name().to_owned(), effective(generated.namespace()));
+    let (kind, name, namespace) =
+        (generated.kind().to_owned(), generated.name().to_owned(), effective(generated.namespace()));
     let matches: Vec<usize> = resources
         .iter()
         .enumerate()

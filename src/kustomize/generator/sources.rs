@@ -146,7 +146,9 @@ pub(crate) fn parse_env(content: &[u8]) -> Result<Vec<EnvPair>, String> {
         }
         match line.split_once('=') {
             Some(("", _)) => {
-                return Err(format!("line {number} has an empty key before `=` (kustomize skips it); write `KEY=value`"));
+                return Err(format!(
+                    "line {number} has an empty key before `=` (kustomize skips it); write `KEY=value`"
+                ));
             }
             Some((key, value)) => pairs.push(EnvPair { line: number, key: key.to_owned(), value: value.to_owned() }),
             None => {

@@ -25,7 +25,10 @@ fn one(files: &MemoryFiles, yaml: &str) -> Generated {
 #[test]
 fn a_config_map_holds_envs_literals_and_files_read_beside_the_kustomization() {
     let mut files = MemoryFiles::new();
-    files.insert("app/app.env", "A=1\n").insert("app/conf/app.properties", "x=y\n").insert("app/raw", b"\xff\xfe".to_vec());
+    files
+        .insert("app/app.env", "A=1\n")
+        .insert("app/conf/app.properties", "x=y\n")
+        .insert("app/raw", b"\xff\xfe".to_vec());
     let made = one(
         &files,
         "configMapGenerator:\n- name: cm\n  namespace: team\n  envs: [app.env]\n  literals: [\"B='two'\"]\n  files: [conf/app.properties, bin=raw]\n",
@@ -35,7 +38,10 @@ fn a_config_map_holds_envs_literals_and_files_read_beside_the_kustomization() {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "team"},
             "data": {"A": "1", "B": "two", "app.properties": "x=y\n"}, "binaryData": {"bin": "//4="}})
     );
-    assert_eq!((made.behavior, made.needs_hash, made.field.as_str()), (Behavior::Create, true, "configMapGenerator[0]"));
+    assert_eq!(
+        (made.behavior, made.needs_hash, made.field.as_str()),
+        (Behavior::Create, true, "configMapGenerator[0]")
+    );
 }
 
 #[test]
@@ -79,7 +85,10 @@ fn behaviors_are_read_and_an_unknown_one_is_refused() {
         "configMapGenerator: [{name: a, behavior: merge}, {name: b, behavior: replace}, {name: c, behavior: create}]",
     )
     .unwrap();
-    assert_eq!(made.iter().map(|g| g.behavior).collect::<Vec<_>>(), [Behavior::Merge, Behavior::Replace, Behavior::Create]);
+    assert_eq!(
+        made.iter().map(|g| g.behavior).collect::<Vec<_>>(),
+        [Behavior::Merge, Behavior::Replace, Behavior::Create]
+    );
     assert_eq!(
         problems(&MemoryFiles::new(), "configMapGenerator: [{name: a, behavior: Merge}]"),
         ["app/kustomization.yaml: configMapGenerator[0].behavior: must be `create`, `merge` or `replace`"]
@@ -126,7 +135,9 @@ fn attacker_files_outside_the_kustomization_directory_are_refused() {
         "configMapGenerator:\n- name: c\n  files: [ok, ../secrets/key, /etc/passwd, k=sub/../../secrets/key, https://example.com/x]\n  envs: [../secrets/key]\n",
     );
     assert_eq!(found.len(), 5, "{found:#?}");
-    assert!(found[0].starts_with("app/kustomization.yaml: configMapGenerator[0].envs[0]: leaves the kustomization's directory (`app`)"));
+    assert!(found[0].starts_with(
+        "app/kustomization.yaml: configMapGenerator[0].envs[0]: leaves the kustomization's directory (`app`)"
+    ));
     assert!(found[1].starts_with("app/kustomization.yaml: configMapGenerator[0].files[1]: leaves"));
     assert!(found[2].contains("files[2]: is an absolute path"));
     assert!(found[3].contains("files[3]: leaves"));
@@ -156,7 +167,9 @@ fn attacker_many_sources_together_beyond_the_size_limit_are_refused() {
     files.insert("app/a", half.clone()).insert("app/b", half);
     assert_eq!(
         problems(&files, "configMapGenerator: [{name: c, files: [a, b]}]"),
-        ["app/kustomization.yaml: configMapGenerator[0]: the generated ConfigMap would hold 1048578 bytes, more than Kubernetes' limit of 1048576"]
+        [
+            "app/kustomization.yaml: configMapGenerator[0]: the generated ConfigMap would hold 1048578 bytes, more than Kubernetes' limit of 1048576"
+        ]
     );
 }
 
@@ -244,7 +257,8 @@ fn the_hash_is_kept_only_when_both_the_existing_object_and_the_entry_want_it() {
 
 #[test]
 fn replace_drops_the_existing_data_but_keeps_its_labels_and_annotations() {
-    let mut old = existing(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "labels": {"a": "1"}},
+    let mut old =
+        existing(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "labels": {"a": "1"}},
         "type": "kubernetes.io/tls", "stringData": {"x": "y"}, "data": {"old": "eA=="}}));
     let new = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"n": "eQ=="}, "type": "Opaque"});
     combine(&mut old, generated(new, Behavior::Replace, true)).unwrap();
@@ -267,12 +281,15 @@ fn a_merge_that_would_silently_drop_fields_is_refused() {
         old["apiVersion"] = "v1".into();
         old["kind"] = "Secret".into();
         let mut old = existing(old);
-        let new = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}, "type": "Opaque"});
+        let new =
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}, "type": "Opaque"});
         let problem = combine(&mut old, generated(new, Behavior::Merge, true)).unwrap_err();
         assert!(problem.message.contains(&format!("drop the existing object's {dropped}")), "{problem}");
     }
     // the same type and immutability are no loss
-    let mut old = existing(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "type": "Opaque", "immutable": false}));
+    let mut old = existing(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "type": "Opaque", "immutable": false}),
+    );
     let new = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}, "type": "Opaque"});
     combine(&mut old, generated(new, Behavior::Merge, true)).unwrap();
     assert_eq!(old.object.get("data"), None, "kustomize clears a merged map left empty");
@@ -292,10 +309,13 @@ fn create_over_an_existing_object_is_refused() {
 
 #[test]
 fn absorb_appends_merges_by_an_earlier_name_and_refuses_a_merge_into_nothing() {
-    let mut renamed = existing(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p-cm", "namespace": "team"}, "data": {"a": "1"}}));
+    let mut renamed = existing(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p-cm", "namespace": "team"}, "data": {"a": "1"}}),
+    );
     renamed.previous.push(PreviousId { name: "cm".into(), namespace: None });
     let mut resources = vec![renamed];
-    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"b": "2"}});
+    let cm =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"b": "2"}});
     absorb(&mut resources, generated(cm("cm"), Behavior::Merge, true), "over/kustomization.yaml").unwrap();
     assert_eq!(resources.len(), 1);
     assert_eq!(resources[0].object["data"], json!({"a": "1", "b": "2"}));
