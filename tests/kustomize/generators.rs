@@ -353,10 +353,13 @@ fn key() -> impl Strategy<Value = String> {
     })
 }
 
-/// Values with what Go's JSON encoder escapes (HTML characters, separators, controls), quotes
-/// kustomize's literal parser strips, and multi-byte characters; YAML-printable only.
+/// Values with what Go's JSON encoder escapes (HTML characters, controls), quotes kustomize's
+/// literal parser strips, and multi-byte characters; YAML-printable only. Not U+2028 and U+2029:
+/// kubectl prints them raw in block scalars too, where a YAML 1.2 reader takes the text after them
+/// for new keys (`"\n\u{2028}"` read back as a key `\u{2028}kind`); the literals test covers
+/// their escaping in the hash.
 fn value() -> impl Strategy<Value = String> {
-    "[a-z0-9 =<>&'\"\\\\\n\t\u{8}\u{c}\u{1}\u{1b}é\u{2028}\u{2029}漢😀#:-]{0,12}"
+    "[a-z0-9 =<>&'\"\\\\\n\t\u{8}\u{c}\u{1}\u{1b}é漢😀#:-]{0,12}"
 }
 
 fn entry() -> impl Strategy<Value = (bool, Option<&'static str>, BTreeMap<String, String>)> {
