@@ -99,8 +99,8 @@ fn same(test: &str, case: &Case) {
 }
 
 #[test]
-fn literals_with_characters_go_escapes_hash_as_kustomize_hashes_them() {
-    let test = "literals_with_characters_go_escapes_hash_as_kustomize_hashes_them";
+fn literals_with_characters_go_escapes_and_many_keys_hash_as_kustomize_hashes_them() {
+    let test = "literals_with_characters_go_escapes_and_many_keys_hash_as_kustomize_hashes_them";
     if !kubectl_available(test) {
         return;
     }
@@ -118,9 +118,10 @@ fn literals_with_characters_go_escapes_hash_as_kustomize_hashes_them() {
         "empty=",
         "backslash=C:\\path\\\"q\"",
     ]);
+    let many: Vec<String> = (0..300).map(|i| format!("key-{i:03}=value {i}")).collect();
     let kustomization = json!({
-        "configMapGenerator": [{"name": "chars", "literals": literals}],
-        "secretGenerator": [{"name": "chars", "literals": literals}],
+        "configMapGenerator": [{"name": "chars", "literals": literals}, {"name": "many", "literals": many}],
+        "secretGenerator": [{"name": "chars", "literals": literals}, {"name": "many", "literals": many}],
     });
     same(test, &case(&json_text(&kustomization), &[]));
 }
@@ -298,6 +299,29 @@ fn kustomize_sets_an_env_key_without_equals_empty_and_cdtarget_refuses_it() {
     assert_eq!(built[0]["data"], json!({"PATH": ""}), "kustomize v5.5 reads no environment either");
     let problems = ours_into(&mut Vec::new(), &memory(&case), "kustomization.yaml").expect_err("refused");
     assert!(problems[0].to_string().contains("configMapGenerator[0].envs[0]: line 1 has no `=`"), "{problems:?}");
+}
+
+#[test]
+fn kustomize_turns_a_tls_secret_opaque_on_merge_and_cdtarget_refuses_it() {
+    let test = "kustomize_turns_a_tls_secret_opaque_on_merge_and_cdtarget_refuses_it";
+    if !kubectl_available(test) {
+        return;
+    }
+    let secret =
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: tls}\ntype: kubernetes.io/tls\ndata: {tls.crt: Q0VSVA==}\n";
+    let case = case(
+        "resources: [secret.yaml]\nsecretGenerator: [{name: tls, behavior: merge, literals: [tls.key=KEY]}]",
+        &[("secret.yaml", secret.as_bytes())],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), &case);
+    let built = kustomize(dir.path()).expect("kubectl kustomize builds it");
+    assert_eq!(built[0]["type"], "Opaque", "kustomize v5.5 keeps only the generated type");
+    let object = cdtarget::yaml::parse_one(secret).expect("YAML");
+    let mut resources =
+        vec![Resource::from_document(object, Origin::Document { file: "secret.yaml".into(), index: 1, line: 1 })];
+    let problems = ours_into(&mut resources, &memory(&case), "kustomization.yaml").expect_err("refused");
+    assert!(problems[0].to_string().contains("merging would drop the existing object's `type`"), "{problems:?}");
 }
 
 #[test]
