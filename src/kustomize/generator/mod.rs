@@ -483,7 +483,10 @@ pub fn absorb(resources: &mut Vec<Resource>, generated: Generated, kustomization
                 if behavior == Behavior::Merge { "merge into" } else { "replace" }
             ),
         ))),
-        ([one], _) => combine(&mut resources[*one], generated).map_err(located),
+        ([one], _) => {
+            let field = generated.field.clone();
+            combine(&mut resources[*one], generated).map_err(|p| located(p.under(&field)))
+        }
         (_, _) => Err(located(Problem::field(
             generated.field.clone(),
             format!("{} objects answer to {kind} `{name}` in namespace `{namespace}`; rename one", matches.len()),
@@ -497,12 +500,14 @@ pub fn absorb(resources: &mut Vec<Resource>, generated: Generated, kustomization
 /// both the existing object and the entry want it. `merge` also keeps the existing `data` and
 /// `binaryData` keys the entry does not set, and is refused when it would silently drop another
 /// field of the existing object (kustomize keeps nothing else). `create` is an error: the name is
-/// taken. The problem names the entry; the caller locates it in the kustomization file.
+/// taken. The problem's field is relative to the entry (`behavior`, or `""` for the entry itself):
+/// the caller puts it under the entry ([`Problem::under`] with [`Generated::field`]) and locates
+/// it in the kustomization file.
 pub fn combine(existing: &mut Resource, generated: Generated) -> Result<(), Problem> {
-    let field = generated.field.clone();
+    let field = "behavior";
     let (kind, name) = (generated.kind().to_owned(), existing.name().to_owned());
     if existing.kind() != kind {
-        return Err(Problem::field(field, format!("`{name}` is a {}, not a {kind}", existing.kind())));
+        return Err(Problem::field("", format!("`{name}` is a {}, not a {kind}", existing.kind())));
     }
     if generated.behavior == Behavior::Create {
         return Err(Problem::field(
@@ -515,7 +520,7 @@ pub fn combine(existing: &mut Resource, generated: Generated) -> Result<(), Prob
     }
     let mut object = generated.object;
     if generated.behavior == Behavior::Merge {
-        check_merge_keeps_everything(&existing.object, &object).map_err(|m| Problem::field(&field, m))?;
+        check_merge_keeps_everything(&existing.object, &object).map_err(|m| Problem::field(field, m))?;
         for map in ["data", "binaryData"] {
             let mut merged = string_entries(existing.object.get(map));
             merged.extend(string_entries(object.get(map)));
@@ -524,7 +529,7 @@ pub fn combine(existing: &mut Resource, generated: Generated) -> Result<(), Prob
         let data = string_entries(object.get("data"));
         if let Some(key) = string_entries(object.get("binaryData")).keys().find(|k| data.contains_key(*k)) {
             return Err(Problem::field(
-                field,
+                "",
                 format!("the key `{key}` would be both in `data` and in `binaryData`; a key may be in one only"),
             ));
         }

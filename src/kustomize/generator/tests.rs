@@ -302,8 +302,8 @@ fn create_over_an_existing_object_is_refused() {
     let problem = combine(&mut old, generated(new, Behavior::Create, true)).unwrap_err();
     assert_eq!(
         problem.to_string(),
-        "configMapGenerator[0]: a ConfigMap named `cm` already exists; set `behavior: merge` or `behavior: replace` \
-         to change it, or choose another name"
+        "behavior: a ConfigMap named `cm` already exists; set `behavior: merge` or `behavior: replace` to change it, \
+         or choose another name"
     );
 }
 
@@ -335,5 +335,16 @@ fn absorb_appends_merges_by_an_earlier_name_and_refuses_a_merge_into_nothing() {
         problem.to_string(),
         "over/kustomization.yaml: configMapGenerator[0].behavior: there is no ConfigMap `absent` in namespace \
          `default` to replace: declare or generate it in a base, or drop `behavior`"
+    );
+
+    // a problem of `combine` is placed under the entry and in the kustomization file
+    resources[1].object["immutable"] = true.into();
+    let problem =
+        absorb(&mut resources, generated(cm("other"), Behavior::Merge, true), "over/kustomization.yaml").unwrap_err();
+    assert!(
+        problem.to_string().starts_with(
+            "over/kustomization.yaml: configMapGenerator[0].behavior: merging would drop the existing object's `immutable`"
+        ),
+        "{problem}"
     );
 }
