@@ -1,8 +1,8 @@
-//! The kustomize patch engine (`src/kustomize/`) against `kubectl kustomize` (kustomize v5.5) as
-//! the oracle: hand-written cases under `cases/` (`oracle`), generated Deployments and patches
-//! (`properties`), the fields transformers over the `fields-*` cases of `builds/` (`fields`),
-//! and the merge key table against the test control plane's OpenAPI document
-//! (`merge_keys`).
+//! The native kustomize build (`src/kustomize/`) against `kubectl kustomize` (kustomize v5.5) as
+//! the oracle: hand-written patch cases under `cases/` (`oracle`), generated Deployments and
+//! patches (`properties`), the fields transformers over the `fields-*` cases of `builds/`
+//! (`fields`), the generators and their content hash (`generators`), and the merge key table
+//! against the test control plane's OpenAPI document (`merge_keys`).
 //!
 //! Without kubectl every oracle test prints a SKIP line and passes; under `CI=true` it fails.
 
@@ -10,6 +10,7 @@
 mod common;
 
 mod fields;
+mod generators;
 mod merge_keys;
 mod oracle;
 mod properties;
