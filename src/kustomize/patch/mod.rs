@@ -17,6 +17,7 @@ use serde_json::Value;
 use self::json6902::JsonPatch;
 use self::schema::MergeKeys;
 use self::strategic::Allow;
+use crate::kustomize::resource::{PreviousId, Resource};
 use crate::kustomize::target::Selector;
 use crate::problem::{Problem, Problems};
 
@@ -128,6 +129,101 @@ impl Patches {
     pub fn apply_json6902(&self, objects: &mut Vec<Value>) -> Result<(), Problem> {
         self.json6902.iter().try_for_each(|patch| patch.apply(objects))
     }
+
+    /// Applies `patchesStrategicMerge` to the resources of a build (targets match earlier names).
+    pub fn apply_strategic_merge_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        self.strategic_merge.iter().try_for_each(|patch| patch.apply_to(resources))
+    }
+
+    /// Applies `patches` to the resources of a build.
+    pub fn apply_patches_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        self.patches.iter().try_for_each(|patch| patch.apply_to(resources))
+    }
+
+    /// Applies `patchesJson6902` to the resources of a build.
+    pub fn apply_json6902_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        self.json6902.iter().try_for_each(|patch| patch.apply_to(resources))
+    }
+
+    /// Whether there is no patch at all.
+    pub fn is_empty(&self) -> bool {
+        self.strategic_merge.is_empty() && self.patches.is_empty() && self.json6902.is_empty()
+    }
+}
+
+/// What a patch is applied to: a bare object, or a resource of a build that remembers its
+/// earlier names (kustomize matches those too).
+trait Patched {
+    fn object(&self) -> &Value;
+    fn set_object(&mut self, object: Value);
+    /// Whether a `target` selects it.
+    fn selected_by(&self, target: &Selector) -> bool;
+    /// Whether a strategic merge patch without target names it.
+    fn named_by(&self, patch: &Value, table: &MergeKeys) -> bool;
+}
+
+impl Patched for Value {
+    fn object(&self) -> &Value {
+        self
+    }
+
+    fn set_object(&mut self, object: Value) {
+        *self = object;
+    }
+
+    fn selected_by(&self, target: &Selector) -> bool {
+        target.matches(self)
+    }
+
+    fn named_by(&self, patch: &Value, table: &MergeKeys) -> bool {
+        same_object(self, patch, table)
+    }
+}
+
+impl Patched for Resource {
+    fn object(&self) -> &Value {
+        &self.object
+    }
+
+    /// A patch that renames (`allowNameChange`) or moves the object leaves its earlier id behind.
+    fn set_object(&mut self, object: Value) {
+        let id = |o: &Value| {
+            let text = |p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_owned);
+            (text("/metadata/name").unwrap_or_default(), text("/metadata/namespace"))
+        };
+        let (name, namespace) = id(&self.object);
+        if id(&object) != (name.clone(), namespace.clone()) {
+            self.previous.push(PreviousId { name, namespace });
+        }
+        self.object = object;
+    }
+
+    /// kustomize's `Select`: the name and the namespace each match the original or the current
+    /// one; kind and selectors the object as it is.
+    fn selected_by(&self, target: &Selector) -> bool {
+        let original = self.previous.first();
+        target.matches_with(
+            &self.object,
+            original.map(|p| p.name.as_str()),
+            original.map(|p| p.namespace.as_deref().unwrap_or_default()),
+        )
+    }
+
+    /// kustomize's `GetById`: the patch's id equals the current one or any earlier one.
+    fn named_by(&self, patch: &Value, table: &MergeKeys) -> bool {
+        same_object(&self.object, patch, table)
+            || self.previous.iter().any(|p| {
+                let mut earlier = serde_json::json!({
+                    "apiVersion": self.object.get("apiVersion"),
+                    "kind": self.object.get("kind"),
+                    "metadata": {"name": p.name},
+                });
+                if let Some(namespace) = &p.namespace {
+                    earlier["metadata"]["namespace"] = Value::String(namespace.clone());
+                }
+                same_object(&earlier, patch, table)
+            })
+    }
 }
 
 impl Patch {
@@ -136,12 +232,25 @@ impl Patch {
     /// names by apiVersion, kind, name and namespace (exactly one must match). An object a
     /// strategic merge deletes (`$patch: delete`) leaves the list.
     pub fn apply(&self, objects: &mut Vec<Value>) -> Result<(), Problem> {
+        self.apply_any(objects)
+    }
+
+    /// [`Patch::apply`] over the resources of a build: a target's name and namespace also match
+    /// the object's original ones, and a strategic merge patch without target names it by any of
+    /// its earlier ids, as kustomize matches a patch written against a base's names.
+    pub fn apply_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        self.apply_any(resources)
+    }
+
+    fn apply_any<T: Patched>(&self, objects: &mut Vec<T>) -> Result<(), Problem> {
         let table = MergeKeys::builtin();
         match (&self.body, &self.target) {
             (Body::Json(ops), Some(target)) => {
-                for object in objects.iter_mut().filter(|o| target.matches(o)) {
-                    let id = identity(object);
-                    json6902::apply(object, ops).map_err(|p| self.failed(&id, p))?;
+                for object in objects.iter_mut().filter(|o| o.selected_by(target)) {
+                    let id = identity(object.object());
+                    let mut patched = object.object().clone();
+                    json6902::apply(&mut patched, ops).map_err(|p| self.failed(&id, p))?;
+                    object.set_object(patched);
                 }
                 Ok(())
             }
@@ -153,13 +262,13 @@ impl Patch {
                         "a patch with a `target` holds exactly one strategic merge document",
                     ));
                 };
-                let selected: Vec<usize> = (0..objects.len()).filter(|i| target.matches(&objects[*i])).collect();
+                let selected: Vec<usize> = (0..objects.len()).filter(|i| objects[*i].selected_by(target)).collect();
                 self.merge_into(objects, selected, patch, table)
             }
             (Body::Strategic(documents), None) => {
                 for patch in documents {
                     let matching: Vec<usize> =
-                        (0..objects.len()).filter(|i| same_object(&objects[*i], patch, table)).collect();
+                        (0..objects.len()).filter(|i| objects[*i].named_by(patch, table)).collect();
                     if matching.len() != 1 {
                         let how = if matching.is_empty() { "no object" } else { "more than one object" };
                         return Err(Problem::field(
@@ -178,18 +287,20 @@ impl Patch {
         }
     }
 
-    fn merge_into(
+    fn merge_into<T: Patched>(
         &self,
-        objects: &mut Vec<Value>,
+        objects: &mut Vec<T>,
         selected: Vec<usize>,
         patch: &Value,
         table: &MergeKeys,
     ) -> Result<(), Problem> {
         let mut deleted = Vec::new();
         for index in selected {
-            let id = identity(&objects[index]);
-            match strategic::apply(&objects[index], patch, self.allow, table).map_err(|p| self.failed(&id, p))? {
-                Some(merged) => objects[index] = merged,
+            let id = identity(objects[index].object());
+            match strategic::apply(objects[index].object(), patch, self.allow, table)
+                .map_err(|p| self.failed(&id, p))?
+            {
+                Some(merged) => objects[index].set_object(merged),
                 None => deleted.push(index),
             }
         }
