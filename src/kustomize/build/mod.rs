@@ -237,14 +237,18 @@ impl Walk<'_> {
         component: bool,
     ) -> Result<Kustomization, Vec<Problem>> {
         let problem = |message: String| vec![Problem::field(field, message).located(&parent.file, None, None)];
-        if let Some(visited) = chain.iter().find(|visited| is_within(visited, path)) {
+        if let Some(visited) = chain.iter().rev().find(|visited| is_within(visited, path)) {
             let shown = |d: &str| if d.is_empty() { "the repository root".to_owned() } else { format!("`{d}`") };
-            return Err(problem(format!(
-                "a cycle: {} contains {}, which the build came through; a base cannot include itself or an overlay \
-                 above it",
-                shown(path),
-                shown(visited)
-            )));
+            let message = if visited == path {
+                format!("a cycle: {} is already being built; a kustomization cannot include itself", shown(path))
+            } else {
+                format!(
+                    "a cycle: {} contains {}, which the build came through; a base cannot include an overlay above it",
+                    shown(path),
+                    shown(visited)
+                )
+            };
+            return Err(problem(message));
         }
         if chain.len() >= self.limits.depth {
             return Err(problem(format!("kustomizations are nested more than {} deep", self.limits.depth)));
@@ -262,6 +266,7 @@ impl Walk<'_> {
         mut accumulated: Vec<Resource>,
     ) -> Result<Vec<Resource>, Vec<Problem>> {
         let dir = parent(&k.file).to_owned();
+        let mut seen = ids(&accumulated);
         for (field, entry) in &k.resources {
             let problem = |message: String| vec![Problem::field(field, message).located(&k.file, None, None)];
             let path = resolve(&dir, entry).map_err(|refusal| problem(refusal.message(entry)))?;
@@ -279,14 +284,14 @@ impl Walk<'_> {
                         )));
                     }
                     let documents = self.documents(&path).map_err(|p| problem_list(p, field, &k.file))?;
-                    append(&mut accumulated, documents, field, &k.file)?;
+                    append(&mut accumulated, &mut seen, documents, field, &k.file)?;
                 }
                 Ok(Some(Kind::Directory)) => {
                     let child = self.child(&path, chain, k, field, false)?;
                     chain.push(path);
                     let built = self.target(&child, chain, Vec::new());
                     chain.pop();
-                    append(&mut accumulated, built?, field, &k.file)?;
+                    append(&mut accumulated, &mut seen, built?, field, &k.file)?;
                 }
             }
             self.check_count(&accumulated, field, &k.file)?;
@@ -524,9 +529,20 @@ fn origin_text(origin: &Origin) -> String {
     }
 }
 
-/// kustomize's `AppendAll`: `added` after `accumulated`, refusing an id already there.
-fn append(accumulated: &mut Vec<Resource>, added: Vec<Resource>, field: &str, file: &str) -> Result<(), Vec<Problem>> {
-    let mut seen: HashMap<Id, usize> = accumulated.iter().enumerate().map(|(i, r)| (Id::current(r), i)).collect();
+/// The current ids of `resources`, to their positions.
+fn ids(resources: &[Resource]) -> HashMap<Id, usize> {
+    resources.iter().enumerate().map(|(i, r)| (Id::current(r), i)).collect()
+}
+
+/// kustomize's `AppendAll`: `added` after `accumulated`, refusing an id already there (`seen`
+/// holds the ids of `accumulated`, kept up to date, so appending stays linear).
+fn append(
+    accumulated: &mut Vec<Resource>,
+    seen: &mut HashMap<Id, usize>,
+    added: Vec<Resource>,
+    field: &str,
+    file: &str,
+) -> Result<(), Vec<Problem>> {
     for resource in added {
         let id = Id::current(&resource);
         if let Some(&first) = seen.get(&id) {
