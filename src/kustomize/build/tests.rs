@@ -633,3 +633,15 @@ fn a_generated_object_is_added_once_and_only_merged_or_replaced_into_an_existing
     let said = absorb(&mut vec![renamed, twice], vec![generated("settings", Behavior::Replace)], "k.yaml").unwrap_err();
     assert!(said[0].to_string().contains("2 objects answer to v1 ConfigMap default/settings"), "{}", said[0]);
 }
+
+#[test]
+fn strategic_merge_patches_find_their_objects_after_an_earlier_one_deleted_or_renamed() {
+    let text = [deployment("a"), deployment("b"), deployment("c")].join("---\n");
+    let kustomization = "resources:\n- all.yaml\nsortOptions:\n  order: fifo\npatches:\n- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata:\n      name: a\n    $patch: delete\n- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata:\n      name: c\n    spec:\n      replicas: 3\n- options:\n    allowNameChange: true\n  patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata:\n      name: b\n    spec:\n      replicas: 2\n- patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata:\n      name: b\n    spec:\n      paused: true\n";
+    let files = files(&[("kustomization.yaml", kustomization), ("all.yaml", &text)]);
+    let built = build(&files, "").unwrap();
+    assert_eq!(ids(&built), ["Deployment/b", "Deployment/c"]);
+    assert_eq!(built.resources[0].object["spec"]["replicas"], json!(2));
+    assert_eq!(built.resources[0].object["spec"]["paused"], json!(true));
+    assert_eq!(built.resources[1].object["spec"]["replicas"], json!(3), "c, not the object that moved into a's place");
+}
