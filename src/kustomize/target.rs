@@ -92,6 +92,13 @@ impl Selector {
 
     /// Whether `object` is selected.
     pub fn matches(&self, object: &Value) -> bool {
+        self.matches_with(object, None, None)
+    }
+
+    /// Whether `object` is selected when its name and namespace may also match the ones it had
+    /// first (kustomize's original id, before prefixes, suffixes and namespaces of the bases):
+    /// `original_namespace` is `""` when it had none.
+    pub fn matches_with(&self, object: &Value, original_name: Option<&str>, original_namespace: Option<&str>) -> bool {
         let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).unwrap_or_default();
         let api_version = text("/apiVersion");
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -100,18 +107,20 @@ impl Selector {
         if !anchored(&self.group, group) || !anchored(&self.version, version) || !anchored(&self.kind, kind) {
             return false;
         }
-        if !anchored(&self.name, text("/metadata/name")) {
+        let name_matches = |name: &Regex| {
+            name.is_match(text("/metadata/name")) || original_name.is_some_and(|original| name.is_match(original))
+        };
+        if self.name.as_ref().is_some_and(|name| !name_matches(name)) {
             return false;
         }
         if let Some(namespace) = &self.namespace {
             if MergeKeys::builtin().is_cluster_scoped(api_version, kind) {
                 return false;
             }
-            let effective = match text("/metadata/namespace") {
-                "" => "default",
-                namespace => namespace,
-            };
-            if !namespace.is_match(effective) {
+            let effective =
+                |namespace: &'_ str| if namespace.is_empty() { "default".to_owned() } else { namespace.to_owned() };
+            let current = effective(text("/metadata/namespace"));
+            if !namespace.is_match(&current) && !original_namespace.is_some_and(|o| namespace.is_match(&effective(o))) {
                 return false;
             }
         }
@@ -320,6 +329,20 @@ mod tests {
         assert!(selects(json!({"namespace": "default"})));
         assert!(!selects(json!({"namespace": "team-a"})));
         assert!(Selector::parse(&json!({"name": "(", "colour": "red"})).unwrap_err().len() == 2);
+    }
+
+    #[test]
+    fn original_names_and_namespaces_match_too() {
+        let object =
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "prod-web", "namespace": "team-a"}});
+        let target = |t: Value| Selector::parse(&t).unwrap();
+        assert!(target(json!({"name": "web"})).matches_with(&object, Some("web"), Some("")));
+        assert!(!target(json!({"name": "web"})).matches(&object), "without the original, only the current name");
+        assert!(target(json!({"name": "prod-web"})).matches_with(&object, Some("web"), Some("")));
+        assert!(target(json!({"namespace": "default"})).matches_with(&object, Some("web"), Some("")));
+        assert!(target(json!({"namespace": "team-a"})).matches_with(&object, Some("web"), Some("")));
+        assert!(!target(json!({"namespace": "team-b"})).matches_with(&object, Some("web"), Some("")));
+        assert!(!target(json!({"kind": "Deployment", "name": "web"})).matches_with(&object, Some("web"), None));
     }
 
     #[test]

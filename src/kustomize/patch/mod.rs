@@ -17,6 +17,7 @@ use serde_json::Value;
 use self::json6902::JsonPatch;
 use self::schema::MergeKeys;
 use self::strategic::Allow;
+use crate::kustomize::resource::{PreviousId, Resource};
 use crate::kustomize::target::Selector;
 use crate::problem::{Problem, Problems};
 
@@ -128,6 +129,163 @@ impl Patches {
     pub fn apply_json6902(&self, objects: &mut Vec<Value>) -> Result<(), Problem> {
         self.json6902.iter().try_for_each(|patch| patch.apply(objects))
     }
+
+    /// Applies `patchesStrategicMerge` to the resources of a build (targets match earlier names).
+    pub fn apply_strategic_merge_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        apply_indexed(&self.strategic_merge, resources)
+    }
+
+    /// Applies `patches` to the resources of a build.
+    pub fn apply_patches_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        apply_indexed(&self.patches, resources)
+    }
+
+    /// Applies `patchesJson6902` to the resources of a build.
+    pub fn apply_json6902_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        self.json6902.iter().try_for_each(|patch| patch.apply_to(resources))
+    }
+
+    /// Whether there is no patch at all.
+    pub fn is_empty(&self) -> bool {
+        self.strategic_merge.is_empty() && self.patches.is_empty() && self.json6902.is_empty()
+    }
+}
+
+/// An object's id as a strategic merge patch names it: apiVersion, kind, name and effective
+/// namespace (`default` when none, empty for a cluster-scoped kind).
+type NamedId = (String, String, String, String);
+
+fn named_id(object: &Value, name: &str, namespace: Option<&str>, table: &MergeKeys) -> NamedId {
+    let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+    let namespace = if table.is_cluster_scoped(api_version, kind) {
+        String::new()
+    } else {
+        namespace.filter(|n| !n.is_empty()).unwrap_or("default").to_owned()
+    };
+    (api_version.to_owned(), kind.to_owned(), name.to_owned(), namespace)
+}
+
+/// Every id each resource has or had, to the resources' positions (ascending).
+fn index_ids(resources: &[Resource], table: &MergeKeys) -> std::collections::HashMap<NamedId, Vec<usize>> {
+    let mut index: std::collections::HashMap<NamedId, Vec<usize>> = std::collections::HashMap::new();
+    for (i, resource) in resources.iter().enumerate() {
+        let current = named_id(
+            &resource.object,
+            resource.name(),
+            resource.object.pointer("/metadata/namespace").and_then(Value::as_str),
+            table,
+        );
+        let earlier =
+            resource.previous.iter().map(|p| named_id(&resource.object, &p.name, p.namespace.as_deref(), table));
+        for id in std::iter::once(current).chain(earlier) {
+            let positions = index.entry(id).or_default();
+            if positions.last() != Some(&i) {
+                positions.push(i);
+            }
+        }
+    }
+    index
+}
+
+/// Applies `patches` in order; strategic merge patches without target find their object through
+/// an index of ids (built once, again only after a patch deleted or renamed an object), so an
+/// overlay with a patch per object stays linear.
+fn apply_indexed(patches: &[Patch], resources: &mut Vec<Resource>) -> Result<(), Problem> {
+    let table = MergeKeys::builtin();
+    let mut index = None;
+    for patch in patches {
+        let Body::Strategic(documents) = &patch.body else {
+            patch.apply_to(resources)?;
+            index = None;
+            continue;
+        };
+        if patch.target.is_some() {
+            patch.apply_to(resources)?;
+            index = None;
+            continue;
+        }
+        for document in documents {
+            let ids = index.get_or_insert_with(|| index_ids(resources, table));
+            let text = |p: &str| document.pointer(p).and_then(Value::as_str);
+            let id = named_id(document, text("/metadata/name").unwrap_or_default(), text("/metadata/namespace"), table);
+            let matching = ids.get(&id).cloned().unwrap_or_default();
+            let (count, renames) =
+                (resources.len(), matching.iter().map(|i| resources[*i].previous.len()).sum::<usize>());
+            patch.merge_named(resources, matching.clone(), document, table)?;
+            let renamed = resources.len() != count
+                || matching.iter().map(|i| resources[*i].previous.len()).sum::<usize>() != renames;
+            if renamed {
+                index = None;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a patch is applied to: a bare object, or a resource of a build that remembers its
+/// earlier names (kustomize matches those too).
+trait Patched {
+    fn object(&self) -> &Value;
+    fn set_object(&mut self, object: Value);
+    /// Whether a `target` selects it.
+    fn selected_by(&self, target: &Selector) -> bool;
+    /// Whether a strategic merge patch without target names it.
+    fn named_by(&self, patch: &Value, table: &MergeKeys) -> bool;
+}
+
+impl Patched for Value {
+    fn object(&self) -> &Value {
+        self
+    }
+
+    fn set_object(&mut self, object: Value) {
+        *self = object;
+    }
+
+    fn selected_by(&self, target: &Selector) -> bool {
+        target.matches(self)
+    }
+
+    fn named_by(&self, patch: &Value, table: &MergeKeys) -> bool {
+        same_object(self, patch, table)
+    }
+}
+
+impl Patched for Resource {
+    fn object(&self) -> &Value {
+        &self.object
+    }
+
+    /// A patch that renames (`allowNameChange`) or moves the object leaves its earlier id behind.
+    fn set_object(&mut self, object: Value) {
+        let id = |o: &Value| {
+            let text = |p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_owned);
+            (text("/metadata/name").unwrap_or_default(), text("/metadata/namespace"))
+        };
+        let (name, namespace) = id(&self.object);
+        if id(&object) != (name.clone(), namespace.clone()) {
+            self.previous.push(PreviousId { name, namespace });
+        }
+        self.object = object;
+    }
+
+    /// kustomize's `Select`: the name and the namespace each match the original or the current
+    /// one; kind and selectors the object as it is.
+    fn selected_by(&self, target: &Selector) -> bool {
+        let original = self.previous.first();
+        target.matches_with(
+            &self.object,
+            original.map(|p| p.name.as_str()),
+            original.map(|p| p.namespace.as_deref().unwrap_or_default()),
+        )
+    }
+
+    /// kustomize's `GetById`: the patch's id equals the current one or any earlier one.
+    fn named_by(&self, patch: &Value, table: &MergeKeys) -> bool {
+        same_object(&self.object, patch, table)
+            || self.previous.iter().any(|p| names_id(&self.object, &p.name, p.namespace.as_deref(), patch, table))
+    }
 }
 
 impl Patch {
@@ -136,12 +294,25 @@ impl Patch {
     /// names by apiVersion, kind, name and namespace (exactly one must match). An object a
     /// strategic merge deletes (`$patch: delete`) leaves the list.
     pub fn apply(&self, objects: &mut Vec<Value>) -> Result<(), Problem> {
+        self.apply_any(objects)
+    }
+
+    /// [`Patch::apply`] over the resources of a build: a target's name and namespace also match
+    /// the object's original ones, and a strategic merge patch without target names it by any of
+    /// its earlier ids, as kustomize matches a patch written against a base's names.
+    pub fn apply_to(&self, resources: &mut Vec<Resource>) -> Result<(), Problem> {
+        self.apply_any(resources)
+    }
+
+    fn apply_any<T: Patched>(&self, objects: &mut Vec<T>) -> Result<(), Problem> {
         let table = MergeKeys::builtin();
         match (&self.body, &self.target) {
             (Body::Json(ops), Some(target)) => {
-                for object in objects.iter_mut().filter(|o| target.matches(o)) {
-                    let id = identity(object);
-                    json6902::apply(object, ops).map_err(|p| self.failed(&id, p))?;
+                for object in objects.iter_mut().filter(|o| o.selected_by(target)) {
+                    let id = identity(object.object());
+                    let mut patched = object.object().clone();
+                    json6902::apply(&mut patched, ops).map_err(|p| self.failed(&id, p))?;
+                    object.set_object(patched);
                 }
                 Ok(())
             }
@@ -153,43 +324,56 @@ impl Patch {
                         "a patch with a `target` holds exactly one strategic merge document",
                     ));
                 };
-                let selected: Vec<usize> = (0..objects.len()).filter(|i| target.matches(&objects[*i])).collect();
+                let selected: Vec<usize> = (0..objects.len()).filter(|i| objects[*i].selected_by(target)).collect();
                 self.merge_into(objects, selected, patch, table)
             }
             (Body::Strategic(documents), None) => {
                 for patch in documents {
                     let matching: Vec<usize> =
-                        (0..objects.len()).filter(|i| same_object(&objects[*i], patch, table)).collect();
-                    if matching.len() != 1 {
-                        let how = if matching.is_empty() { "no object" } else { "more than one object" };
-                        return Err(Problem::field(
-                            &self.field,
-                            format!(
-                                "{how} matches the strategic merge patch for {}: a patch without `target` names its object \
-                                 by apiVersion, kind, metadata.name and metadata.namespace",
-                                identity(patch)
-                            ),
-                        ));
-                    }
-                    self.merge_into(objects, matching, patch, table)?;
+                        (0..objects.len()).filter(|i| objects[*i].named_by(patch, table)).collect();
+                    self.merge_named(objects, matching, patch, table)?;
                 }
                 Ok(())
             }
         }
     }
 
-    fn merge_into(
+    /// Merges `patch` into the one object in `matching` (the objects it names).
+    fn merge_named<T: Patched>(
         &self,
-        objects: &mut Vec<Value>,
+        objects: &mut Vec<T>,
+        matching: Vec<usize>,
+        patch: &Value,
+        table: &MergeKeys,
+    ) -> Result<(), Problem> {
+        if matching.len() != 1 {
+            let how = if matching.is_empty() { "no object" } else { "more than one object" };
+            return Err(Problem::field(
+                &self.field,
+                format!(
+                    "{how} matches the strategic merge patch for {}: a patch without `target` names its object by \
+                     apiVersion, kind, metadata.name and metadata.namespace",
+                    identity(patch)
+                ),
+            ));
+        }
+        self.merge_into(objects, matching, patch, table)
+    }
+
+    fn merge_into<T: Patched>(
+        &self,
+        objects: &mut Vec<T>,
         selected: Vec<usize>,
         patch: &Value,
         table: &MergeKeys,
     ) -> Result<(), Problem> {
         let mut deleted = Vec::new();
         for index in selected {
-            let id = identity(&objects[index]);
-            match strategic::apply(&objects[index], patch, self.allow, table).map_err(|p| self.failed(&id, p))? {
-                Some(merged) => objects[index] = merged,
+            let id = identity(objects[index].object());
+            match strategic::apply(objects[index].object(), patch, self.allow, table)
+                .map_err(|p| self.failed(&id, p))?
+            {
+                Some(merged) => objects[index].set_object(merged),
                 None => deleted.push(index),
             }
         }
@@ -217,18 +401,26 @@ fn identity(object: &Value) -> String {
 /// Whether `patch` names `object` (kustomize's resource id: group, version, kind, name and the
 /// effective namespace, where none is `default`).
 fn same_object(object: &Value, patch: &Value, table: &MergeKeys) -> bool {
-    let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
-    let namespace = |v: &Value| {
-        if table.is_cluster_scoped(&text(v, "/apiVersion"), &text(v, "/kind")) {
-            return String::new();
-        }
-        match text(v, "/metadata/namespace") {
-            n if n.is_empty() => "default".to_owned(),
-            n => n,
-        }
-    };
-    ["/apiVersion", "/kind", "/metadata/name"].iter().all(|p| text(object, p) == text(patch, p))
-        && namespace(object) == namespace(patch)
+    let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    names_id(object, text("/metadata/name"), Some(text("/metadata/namespace")), patch, table)
+}
+
+/// Whether `patch` names an object of `object`'s apiVersion and kind, called `name` in
+/// `namespace` (none, or empty, is `default`; cluster-scoped kinds have none).
+fn names_id(object: &Value, name: &str, namespace: Option<&str>, patch: &Value, table: &MergeKeys) -> bool {
+    fn text<'v>(v: &'v Value, p: &str) -> &'v str {
+        v.pointer(p).and_then(Value::as_str).unwrap_or_default()
+    }
+    if ["/apiVersion", "/kind"].iter().any(|p| text(object, p) != text(patch, p))
+        || text(patch, "/metadata/name") != name
+    {
+        return false;
+    }
+    if table.is_cluster_scoped(text(object, "/apiVersion"), text(object, "/kind")) {
+        return true;
+    }
+    let effective = |n: Option<&str>| n.filter(|n| !n.is_empty()).unwrap_or("default").to_owned();
+    effective(namespace) == effective(patch.pointer("/metadata/namespace").and_then(Value::as_str))
 }
 
 fn load_file(load: &mut Load<'_>, path: &str, field: &str) -> Result<(String, Option<String>), Problem> {
