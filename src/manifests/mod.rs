@@ -1,8 +1,12 @@
 //! The manifests loader: a directory tree of YAML turned into the checked apply set of one
 //! tenant, every document keeping its file and position.
 //!
-//! [`read_tree`] is the only I/O; [`load`] is a pure function over the files it read.
+//! [`read_and_load`] reads a synced directory and loads it: [`read_tree_for_build`] reads the
+//! plain YAML files and finds the directories holding a kustomization, [`SnapshotFiles`] is what
+//! the kustomize build reads through (beneath the repository root, bounded), and [`load_with`]
+//! is a pure function over what they give. [`load`] does the same over files already in memory.
 
+mod files;
 mod metadata;
 mod read;
 pub mod reserved_labels;
@@ -10,17 +14,22 @@ pub mod scope;
 pub mod type_meta;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde_json::Value;
 
 use crate::api::{API_VERSION, CDTarget, LEGACY_API_VERSION, names};
+use crate::kustomize::build::{Build, KUSTOMIZATION_FILE_NAMES, KustomizationFile};
+use crate::kustomize::files::{Files, MemoryFiles};
+use crate::kustomize::resource::Origin;
 use crate::policy::Policy;
 use crate::policy::tenancy::KindPattern;
 use crate::problem::Problem;
 use crate::render::check_document;
 use crate::yaml;
 
-pub use read::read_tree;
+pub use files::SnapshotFiles;
+pub use read::{Tree, read_tree, read_tree_for_build};
 
 /// Bounds on what a tenant repository may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +66,9 @@ pub struct Document {
     pub line: usize,
     /// The object, namespace set; for CDTargets, the typed object instead.
     pub content: Content,
+    /// For an object a kustomize generator made, the generator entry (`configMapGenerator[0]`)
+    /// of the kustomization `file`; `index` and `line` are then 0.
+    pub generator: Option<String>,
 }
 
 /// What a document holds.
@@ -100,9 +112,22 @@ impl Document {
         }
     }
 
-    /// Where the document is, for messages: `file:index`.
+    /// Where the document is, for messages: `file:index` (`file` and the generator entry for a
+    /// generated object).
     pub fn location(&self) -> String {
-        format!("{}:{}", self.file, self.index)
+        match &self.generator {
+            Some(field) => format!("{} {field}", self.file),
+            None => format!("{}:{}", self.file, self.index),
+        }
+    }
+
+    /// Places `problem` at this document (a generated object's problem at its generator entry:
+    /// `kustomization.yaml: configMapGenerator[0].metadata.name: ...`).
+    pub fn locate(&self, problem: Problem) -> Problem {
+        match &self.generator {
+            Some(field) => problem.under(field).located(&self.file, None, None),
+            None => problem.located(&self.file, Some(self.index), Some(self.line)),
+        }
     }
 }
 
@@ -133,21 +158,85 @@ pub const SOPS_NOT_DECRYPTED: &str = "this document is SOPS-encrypted (it has a 
      (ask the platform team to provide them in the namespace, or use Sealed Secrets or the External Secrets Operator) \
      and reference them by name";
 
+/// Reads the directory `dir` of the repository checked out at `root` (`dir` relative to it,
+/// `/`-separated and normalised, `""` for the root) and loads it for `namespace` under `policy`.
+///
+/// When `dir` holds a kustomization, its build is the apply set; otherwise every YAML file is a
+/// document, except beneath a subdirectory holding a kustomization, which is built and its output
+/// included (Flux's behaviour). Builds read through [`SnapshotFiles`] with `root` as the
+/// boundary, so `dir` may use bases elsewhere in the repository, never outside it. One byte
+/// budget (`limits.max_total_bytes`) covers the plain files and everything the builds read.
+pub fn read_and_load(
+    root: &Path,
+    dir: &str,
+    limits: &Limits,
+    namespace: &str,
+    policy: &Policy,
+) -> Result<ApplySet, Vec<Problem>> {
+    let synced = if dir.is_empty() { root.to_path_buf() } else { root.join(dir) };
+    let tree = read_tree_for_build(&synced, limits)?;
+    if tree.kustomizations.is_empty() {
+        return load_with(tree, "", &MemoryFiles::new(), namespace, policy);
+    }
+    let used = tree.files.iter().map(|f| f.text.len() as u64).sum();
+    let files = SnapshotFiles::open(root, *limits)
+        .map_err(|e| vec![Problem::field("", e).located(&root.display().to_string(), None, None)])?
+        .with_used(used);
+    load_with(tree, dir, &files, namespace, policy)
+}
+
 /// Parses and checks every document of `files` for `namespace` under `policy`, reporting every
 /// problem of every document at once. The result is all or nothing: one problem anywhere and no
-/// apply set is returned.
+/// apply set is returned. A directory among `files` holding a kustomization file is built from
+/// `files` alone (so only YAML a build names is there to read), as [`read_and_load`] builds it.
 pub fn load(files: Vec<SourceFile>, namespace: &str, policy: &Policy) -> Result<ApplySet, Vec<Problem>> {
+    let mut kustomizations: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let (dir, name) = f.path.rsplit_once('/').unwrap_or(("", f.path.as_str()));
+            KUSTOMIZATION_FILE_NAMES.contains(&name).then(|| dir.to_owned())
+        })
+        .collect();
+    kustomizations.sort();
+    kustomizations.dedup();
+    // Outermost only, as the tree walk finds them.
+    let outermost: Vec<String> =
+        kustomizations.iter().filter(|d| !kustomizations.iter().any(|o| is_beneath(d, o))).cloned().collect();
+    if outermost.is_empty() {
+        return load_with(Tree { files, kustomizations: outermost }, "", &MemoryFiles::new(), namespace, policy);
+    }
+    let mut memory = MemoryFiles::new();
+    let mut plain = Vec::new();
+    for file in files {
+        memory.insert(file.path.clone(), file.text.clone().into_bytes());
+        if !outermost.iter().any(|d| d.is_empty() || file.path.starts_with(&format!("{d}/"))) {
+            plain.push(file);
+        }
+    }
+    load_with(Tree { files: plain, kustomizations: outermost }, "", &memory, namespace, policy)
+}
+
+/// Whether directory `dir` is strictly beneath directory `other` (`""` is the root).
+fn is_beneath(dir: &str, other: &str) -> bool {
+    dir != other && (other.is_empty() || dir.starts_with(&format!("{other}/")))
+}
+
+/// Loads `tree` (read at directory `dir` of the root of `files`): its plain files as documents,
+/// each of its kustomization directories built through `files`, every object checked by the
+/// same tenancy rules. Pure over `files`.
+pub fn load_with(
+    tree: Tree,
+    dir: &str,
+    files: &dyn Files,
+    namespace: &str,
+    policy: &Policy,
+) -> Result<ApplySet, Vec<Problem>> {
     let mut problems = Vec::new();
     if let Err(e) = names::dns1123_label(namespace) {
         problems.push(Problem::field("", format!("target namespace {e}")));
     }
     let mut documents = Vec::new();
-    for file in files {
-        let base_name = file.path.rsplit('/').next().unwrap_or_default();
-        if matches!(base_name, "kustomization.yaml" | "kustomization.yml") {
-            problems.push(Problem::field("", KUSTOMIZE_NOT_BUILT).located(&file.path, None, None));
-            continue;
-        }
+    for file in tree.files {
         let parsed = match yaml::parse_documents(&file.text) {
             Ok(parsed) => parsed,
             Err(e) => {
@@ -160,11 +249,22 @@ pub fn load(files: Vec<SourceFile>, namespace: &str, policy: &Policy) -> Result<
         for doc in parsed {
             let located = |p: Problem| p.located(&file.path, Some(doc.index), Some(doc.line));
             match check_object(doc.value, namespace, policy) {
-                Ok(content) => {
-                    documents.push(Document { file: file.path.clone(), index: doc.index, line: doc.line, content })
-                }
+                Ok(content) => documents.push(Document {
+                    file: file.path.clone(),
+                    index: doc.index,
+                    line: doc.line,
+                    content,
+                    generator: None,
+                }),
                 Err(found) => problems.extend(found.into_iter().map(located)),
             }
+        }
+    }
+    for kustomization in tree.kustomizations {
+        let at = join_dir(dir, &kustomization);
+        match crate::kustomize::build::build(files, &at) {
+            Ok(build) => built_documents(build, dir, namespace, policy, &mut documents, &mut problems),
+            Err(found) => problems.extend(found.into_iter().map(|p| relocate(p, dir))),
         }
     }
     problems.extend(duplicates(&documents));
@@ -175,6 +275,87 @@ pub fn load(files: Vec<SourceFile>, namespace: &str, policy: &Policy) -> Result<
         (scope::apply_rank(a.kind()), a.kind(), a.name()).cmp(&(scope::apply_rank(b.kind()), b.kind(), b.name()))
     });
     Ok(ApplySet { documents })
+}
+
+/// The objects of one build as documents, located where they came from (relative to `dir`, as
+/// plain files are), checked by the tenancy rules. A kustomization `namespace` other than the
+/// tenant's refuses the whole build (its objects are not checked one by one: each would only
+/// repeat that its namespace is wrong).
+fn built_documents(
+    build: Build,
+    dir: &str,
+    namespace: &str,
+    policy: &Policy,
+    documents: &mut Vec<Document>,
+    problems: &mut Vec<Problem>,
+) {
+    let refused: Vec<Problem> = build
+        .kustomizations
+        .iter()
+        .filter_map(|k| namespace_problem(k, namespace))
+        .map(|p| relocate(p, dir))
+        .collect();
+    if !refused.is_empty() {
+        problems.extend(refused);
+        return;
+    }
+    for resource in build.resources {
+        let (file, index, line, generator) = match resource.origin {
+            Origin::Document { file, index, line } => (relative_to(dir, &file), index, line, None),
+            Origin::Generator { file, field } => (relative_to(dir, &file), 0, 0, Some(field)),
+        };
+        let mut document = Document { file, index, line, content: Content::Object(Value::Null), generator };
+        match check_object(resource.object, namespace, policy) {
+            Ok(content) => {
+                document.content = content;
+                documents.push(document);
+            }
+            Err(found) => problems.extend(found.into_iter().map(|p| document.locate(p))),
+        }
+    }
+}
+
+/// Why a kustomization's `namespace` is refused, if it is: anything but the tenant's.
+fn namespace_problem(kustomization: &KustomizationFile, namespace: &str) -> Option<Problem> {
+    let set = kustomization.namespace.as_deref().filter(|n| !n.is_empty())?;
+    (set != namespace).then(|| {
+        Problem::field(
+            "namespace",
+            format!(
+                "`{set}` is not this tenant's namespace; every object goes to `{namespace}`: remove `namespace` (the objects land in `{namespace}` anyway) or set it to `{namespace}`"
+            ),
+        )
+        .located(&kustomization.path, None, None)
+    })
+}
+
+/// `kustomization` (relative to `dir`) relative to the root.
+fn join_dir(dir: &str, kustomization: &str) -> String {
+    match (dir.is_empty(), kustomization.is_empty()) {
+        (true, _) => kustomization.to_owned(),
+        (_, true) => dir.to_owned(),
+        _ => format!("{dir}/{kustomization}"),
+    }
+}
+
+/// A root-relative `path` relative to directory `dir` (also root-relative), with `..` for the
+/// parts outside it: `../../base/deploy.yaml` for a base two levels up.
+pub fn relative_to(dir: &str, path: &str) -> String {
+    if dir.is_empty() {
+        return path.to_owned();
+    }
+    let from: Vec<&str> = dir.split('/').collect();
+    let to: Vec<&str> = path.split('/').collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<&str> = vec![".."; from.len() - common];
+    parts.extend(&to[common..]);
+    if parts.is_empty() { ".".to_owned() } else { parts.join("/") }
+}
+
+/// A build's problem, located relative to `dir` instead of the root.
+fn relocate(mut problem: Problem, dir: &str) -> Problem {
+    problem.file = problem.file.map(|f| relative_to(dir, &f));
+    problem
 }
 
 /// Checks one document against the tenancy rules (and, for CDTargets, every CDTarget rule).
@@ -215,7 +396,7 @@ fn check_object(mut value: Value, namespace: &str, policy: &Policy) -> Result<Co
             format!("{kind} is cluster-scoped; tenants may only apply namespaced objects into their namespace"),
         ));
     } else if group == "kustomize.config.k8s.io" {
-        problems.push(Problem::field("kind", KUSTOMIZE_NOT_BUILT));
+        problems.push(Problem::field("kind", KUSTOMIZATION_NOT_A_RESOURCE));
     } else if let Some(pattern) = policy.tenancy.forbidden(&group, &kind) {
         problems.push(Problem::field("kind", forbidden_message(&group, &kind, pattern)));
     } else if kind == "CDTarget" && (group == crate::api::GROUP || group == "cnad.gofound.nl") {
@@ -256,13 +437,10 @@ fn duplicates(documents: &[Document]) -> Vec<Problem> {
     for doc in documents {
         let key = (doc.group().to_owned(), doc.kind().to_owned(), doc.name().to_owned());
         if let Some(first) = seen.get(&key) {
-            problems.push(
-                Problem::field(
-                    "metadata.name",
-                    format!("{} `{}` is already defined at {first}; each object may be defined once", key.1, key.2),
-                )
-                .located(&doc.file, Some(doc.index), Some(doc.line)),
-            );
+            problems.push(doc.locate(Problem::field(
+                "metadata.name",
+                format!("{} `{}` is already defined at {first}; each object may be defined once", key.1, key.2),
+            )));
         } else {
             seen.insert(key, doc.location());
         }
@@ -273,20 +451,17 @@ fn duplicates(documents: &[Document]) -> Vec<Problem> {
             let key = (group.to_owned(), kind.to_owned(), doc.name().to_owned());
             if let Some(other) = seen.get(&key) {
                 let target_name = target.metadata.name.as_deref().unwrap_or_default();
-                problems.push(
-                    Problem::field(
-                        "metadata.name",
-                        format!("CDTarget `{target_name}` renders a {kind} of the same name, which {other} also defines; rename one of them"),
-                    )
-                    .located(&doc.file, Some(doc.index), Some(doc.line)),
-                );
+                problems.push(doc.locate(Problem::field(
+                    "metadata.name",
+                    format!("CDTarget `{target_name}` renders a {kind} of the same name, which {other} also defines; rename one of them"),
+                )));
             }
         }
     }
     problems
 }
 
-const KUSTOMIZE_NOT_BUILT: &str = "kustomize files are not built; cdtarget applies plain manifests (remove the file or move it out of the synced path)";
+const KUSTOMIZATION_NOT_A_RESOURCE: &str = "a Kustomization (or Component) is built only from a file named kustomization.yaml, kustomization.yml or Kustomization in its directory, never applied as an object: rename the file, or list its directory under `resources` (`components`) of another kustomization";
 
 /// Kinds rendered for every CDTarget, under the CDTarget's name.
 const RENDERED_KINDS: [(&str, &str); 4] = [

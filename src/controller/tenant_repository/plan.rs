@@ -168,8 +168,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 .iter()
                 .zip(&set.documents)
                 .filter_map(|(object, document)| {
-                    let origin = Origin { file: document.file.clone(), document: document.index, line: document.line };
-                    Some((entry_of(object)?, origin))
+                    Some((entry_of(object)?, Origin::of(document)))
                 })
                 .collect();
             let inventory = inventory_of(&objects);
