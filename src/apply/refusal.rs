@@ -147,10 +147,7 @@ impl Refusal {
                 .collect()
         };
         match origin {
-            Some(origin) => problems
-                .into_iter()
-                .map(|p| origin.locate(p))
-                .collect(),
+            Some(origin) => problems.into_iter().map(|p| origin.locate(p)).collect(),
             None => problems,
         }
     }

@@ -227,14 +227,21 @@ fn local_root(dir: &Path, root: Option<&Path>) -> Result<(PathBuf, String), Vec<
     let Some(root) = root else { return Ok((dir.to_path_buf(), String::new())) };
     let canonical = |path: &Path| {
         fs::canonicalize(path).map_err(|e| {
-            vec![Problem::field("", format!("cannot read directory: {e}")).located(&path.display().to_string(), None, None)]
+            vec![Problem::field("", format!("cannot read directory: {e}")).located(
+                &path.display().to_string(),
+                None,
+                None,
+            )]
         })
     };
     let (dir_canonical, root_canonical) = (canonical(dir)?, canonical(root)?);
     let Ok(relative) = dir_canonical.strip_prefix(&root_canonical) else {
         return Err(vec![
-            Problem::field("", format!("is not beneath --root {}; give a root that holds it", root.display()))
-                .located(&dir.display().to_string(), None, None),
+            Problem::field("", format!("is not beneath --root {}; give a root that holds it", root.display())).located(
+                &dir.display().to_string(),
+                None,
+                None,
+            ),
         ]);
     };
     let relative: Vec<String> = relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();

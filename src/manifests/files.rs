@@ -72,7 +72,8 @@ fn components(path: &str) -> Result<Vec<Vec<u8>>, String> {
         .collect()
 }
 
-const LEAVES: &str = "is a symlink that leaves the repository (or passes through one); only links to places inside it are followed";
+const LEAVES: &str =
+    "is a symlink that leaves the repository (or passes through one); only links to places inside it are followed";
 const OTHER: &str = "is not a regular file or directory (a FIFO, socket or device); only files are read";
 
 fn not_followed(resolved: Resolved) -> String {

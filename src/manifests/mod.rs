@@ -289,12 +289,8 @@ fn built_documents(
     documents: &mut Vec<Document>,
     problems: &mut Vec<Problem>,
 ) {
-    let refused: Vec<Problem> = build
-        .kustomizations
-        .iter()
-        .filter_map(|k| namespace_problem(k, namespace))
-        .map(|p| relocate(p, dir))
-        .collect();
+    let refused: Vec<Problem> =
+        build.kustomizations.iter().filter_map(|k| namespace_problem(k, namespace)).map(|p| relocate(p, dir)).collect();
     if !refused.is_empty() {
         problems.extend(refused);
         return;
@@ -470,3 +466,245 @@ const RENDERED_KINDS: [(&str, &str); 4] = [
     ("keda.sh", "ScaledObject"),
     ("keda.sh", "TriggerAuthentication"),
 ];
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::kustomize::resource::Resource;
+
+    const TENANT: &str = "team-a";
+
+    fn config_map(name: &str, namespace: Option<&str>) -> Value {
+        let mut object =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
+        if let Some(namespace) = namespace {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        object
+    }
+
+    fn from_file(object: Value, file: &str, index: usize, line: usize) -> Resource {
+        Resource::from_document(object, Origin::Document { file: file.into(), index, line })
+    }
+
+    fn generated(object: Value, file: &str, field: &str) -> Resource {
+        Resource::from_document(object, Origin::Generator { file: file.into(), field: field.into() })
+    }
+
+    fn kustomization(path: &str, namespace: Option<&str>) -> KustomizationFile {
+        KustomizationFile { path: path.into(), namespace: namespace.map(str::to_owned) }
+    }
+
+    /// The documents of `build` (of the kustomization in `dir`, as the loader takes it), or every problem.
+    fn built(build: Build, dir: &str) -> Result<Vec<Document>, Vec<Problem>> {
+        let (mut documents, mut problems) = (Vec::new(), Vec::new());
+        built_documents(build, dir, TENANT, &Policy::default(), &mut documents, &mut problems);
+        if problems.is_empty() { Ok(documents) } else { Err(problems) }
+    }
+
+    fn shown(problems: &[Problem]) -> Vec<String> {
+        problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn built_objects_are_located_relative_to_the_synced_directory() {
+        let build = Build {
+            resources: vec![
+                from_file(config_map("base-settings", None), "base/settings.yaml", 2, 7),
+                generated(
+                    config_map("env-6ct58987ht", None),
+                    "clusters/prod/kustomization.yaml",
+                    "configMapGenerator[0]",
+                ),
+            ],
+            kustomizations: vec![
+                kustomization("clusters/prod/kustomization.yaml", None),
+                kustomization("base/kustomization.yaml", None),
+            ],
+        };
+        let documents = built(build, "clusters/prod").unwrap();
+        assert_eq!(documents[0].location(), "../../base/settings.yaml:2");
+        assert_eq!((documents[0].line, documents[0].generator.as_deref()), (7, None));
+        assert_eq!(documents[1].location(), "kustomization.yaml configMapGenerator[0]");
+        for document in &documents {
+            assert_eq!(document.content_namespace(), Some(TENANT), "{}", document.location());
+        }
+    }
+
+    #[test]
+    fn a_kustomization_namespace_other_than_the_tenants_refuses_the_build_at_that_field() {
+        let build = Build {
+            // What kustomize's namespace transformer would have made of every object.
+            resources: vec![from_file(config_map("a", Some("kube-system")), "clusters/prod/a.yaml", 1, 1)],
+            kustomizations: vec![
+                kustomization("clusters/prod/kustomization.yaml", Some(TENANT)),
+                kustomization("base/kustomization.yaml", Some("kube-system")),
+            ],
+        };
+        let problems = built(build, "clusters/prod").unwrap_err();
+        assert_eq!(problems.len(), 1, "one problem, not one per object: {problems:?}");
+        let problem = &problems[0];
+        assert_eq!(
+            (problem.file.as_deref(), problem.field.as_str()),
+            (Some("../../base/kustomization.yaml"), "namespace")
+        );
+        assert!(problem.message.contains("`kube-system` is not this tenant's namespace"), "{}", problem.message);
+        assert!(problem.message.contains("set it to `team-a`"), "says what would be accepted: {}", problem.message);
+    }
+
+    #[test]
+    fn a_kustomization_namespace_equal_to_the_tenants_or_empty_is_accepted() {
+        let build = Build {
+            resources: vec![from_file(config_map("a", Some(TENANT)), "a.yaml", 1, 1)],
+            kustomizations: vec![
+                kustomization("kustomization.yaml", Some(TENANT)),
+                kustomization("base/kustomization.yaml", Some("")),
+            ],
+        };
+        assert_eq!(built(build, "").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn no_built_object_escapes_the_tenant_namespace_whatever_set_it() {
+        // A base's object with its own namespace, a generator's `namespace:`, a component's.
+        let build = Build {
+            resources: vec![
+                from_file(config_map("own", Some("other-team")), "base/own.yaml", 1, 1),
+                generated(config_map("gen", Some("other-team")), "app/kustomization.yaml", "configMapGenerator[1]"),
+                from_file(config_map("component", Some("kube-system")), "components/x/cm.yaml", 3, 10),
+            ],
+            kustomizations: vec![kustomization("app/kustomization.yaml", None)],
+        };
+        let problems = shown(&built(build, "app").unwrap_err());
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert!(
+            problems[0].starts_with("../base/own.yaml:1: metadata.namespace: a string (\"other-team\") is not"),
+            "{}",
+            problems[0]
+        );
+        assert!(
+            problems[1]
+                .starts_with("kustomization.yaml: configMapGenerator[1].metadata.namespace: a string (\"other-team\")"),
+            "{}",
+            problems[1]
+        );
+        assert!(
+            problems[2].starts_with("../components/x/cm.yaml:3: metadata.namespace: a string (\"kube-system\")"),
+            "{}",
+            problems[2]
+        );
+    }
+
+    #[test]
+    fn a_role_binding_with_subjects_elsewhere_still_lands_in_the_tenant_namespace() {
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "ci"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "ci", "namespace": "other-team"}],
+        });
+        let build = Build {
+            resources: vec![from_file(binding, "rb.yaml", 1, 1)],
+            kustomizations: vec![kustomization("kustomization.yaml", None)],
+        };
+        let documents = built(build, "").unwrap();
+        assert_eq!(documents[0].content_namespace(), Some(TENANT));
+    }
+
+    #[test]
+    fn the_tenancy_rules_run_on_the_built_output() {
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mine"}});
+        let policy = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "open"}, "spec": {}});
+        let sops = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "sops": {"mac": "x"}});
+        let build = Build {
+            resources: vec![
+                from_file(namespace, "ns.yaml", 1, 1),
+                from_file(policy, "np.yaml", 1, 1),
+                from_file(sops, "s.yaml", 1, 1),
+            ],
+            kustomizations: vec![kustomization("kustomization.yaml", None)],
+        };
+        let problems = built(build, "").unwrap_err();
+        let fields: Vec<(&str, &str)> =
+            problems.iter().map(|p| (p.file.as_deref().unwrap(), p.field.as_str())).collect();
+        assert_eq!(fields, [("ns.yaml", "kind"), ("np.yaml", "kind"), ("s.yaml", "sops")]);
+    }
+
+    #[test]
+    fn built_and_plain_objects_of_one_name_are_duplicates() {
+        let mut memory = MemoryFiles::new();
+        memory.insert("plain.yaml", "");
+        let tree = Tree {
+            files: vec![SourceFile {
+                path: "plain.yaml".into(),
+                text: serde_json::to_string(&config_map("a", None)).unwrap(),
+            }],
+            kustomizations: vec![],
+        };
+        let mut set = load_with(tree, "", &memory, TENANT, &Policy::default()).unwrap();
+        let build = Build {
+            resources: vec![generated(config_map("a", None), "app/kustomization.yaml", "configMapGenerator[0]")],
+            kustomizations: vec![],
+        };
+        let (mut problems, documents) = (Vec::new(), &mut set.documents);
+        built_documents(build, "", TENANT, &Policy::default(), documents, &mut problems);
+        let problems = shown(&duplicates(documents));
+        assert_eq!(
+            problems,
+            [
+                "app/kustomization.yaml: configMapGenerator[0].metadata.name: ConfigMap `a` is already defined at plain.yaml:1; each object may be defined once"
+            ]
+        );
+    }
+
+    #[test]
+    fn files_beneath_a_kustomization_directory_are_not_read_as_documents() {
+        let files = vec![
+            SourceFile { path: "app/kustomization.yaml".into(), text: "resources: [ok.yaml]\n".into() },
+            SourceFile {
+                path: "app/ok.yaml".into(),
+                text: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n".into(),
+            },
+            SourceFile { path: "app/not-listed.yaml".into(), text: "{ not yaml".into() },
+            SourceFile { path: "app/nested/kustomization.yaml".into(), text: "{ not yaml".into() },
+            SourceFile { path: "plain.yaml".into(), text: "{ not yaml".into() },
+        ];
+        let problems = load(files, TENANT, &Policy::default()).unwrap_err();
+        let files: Vec<&str> = problems.iter().filter_map(|p| p.file.as_deref()).collect();
+        assert!(files.contains(&"plain.yaml"), "{problems:?}");
+        assert!(!files.iter().any(|f| f.starts_with("app/not-listed") || f.starts_with("app/nested")), "{problems:?}");
+    }
+
+    #[test]
+    fn a_kustomization_document_outside_a_kustomization_file_is_refused() {
+        let files = vec![SourceFile {
+            path: "overlay.yaml".into(),
+            text: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nmetadata: {name: x}\n".into(),
+        }];
+        let problems = load(files, TENANT, &Policy::default()).unwrap_err();
+        assert_eq!(problems[0].field, "kind");
+        assert!(problems[0].message.contains("named kustomization.yaml"), "{}", problems[0].message);
+    }
+
+    #[test]
+    fn paths_are_shown_relative_to_the_synced_directory() {
+        assert_eq!(relative_to("", "base/a.yaml"), "base/a.yaml");
+        assert_eq!(relative_to("clusters/prod", "clusters/prod/a.yaml"), "a.yaml");
+        assert_eq!(relative_to("clusters/prod", "base/a.yaml"), "../../base/a.yaml");
+        assert_eq!(relative_to("clusters/prod", "clusters/base/a.yaml"), "../base/a.yaml");
+        assert_eq!(relative_to("clusters/prod", "clusters/production/a.yaml"), "../production/a.yaml");
+        assert_eq!(join_dir("clusters/prod", ""), "clusters/prod");
+        assert_eq!(join_dir("", "app"), "app");
+        assert!(is_beneath("app/nested", "app") && is_beneath("app", "") && !is_beneath("application", "app"));
+    }
+
+    impl Document {
+        fn content_namespace(&self) -> Option<&str> {
+            match &self.content {
+                Content::CDTarget(t) => t.metadata.namespace.as_deref(),
+                Content::Object(v) => v.pointer("/metadata/namespace").and_then(Value::as_str),
+            }
+        }
+    }
+}

@@ -60,7 +60,8 @@ fn walk(root: &Path, limits: &Limits, builds: bool) -> Result<Tree, Vec<Problem>
     let shown = root.display().to_string();
     let failed = |message: String| vec![Problem::field("", message).located(&shown, None, None)];
     let beneath = Beneath::open(root).map_err(failed)?;
-    let mut walk = TreeWalk { beneath: &beneath, limits, total: 0, builds, tree: Tree::default(), problems: Vec::new() };
+    let mut walk =
+        TreeWalk { beneath: &beneath, limits, total: 0, builds, tree: Tree::default(), problems: Vec::new() };
     let mut here = Vec::new();
     let root_fd = beneath.root.try_clone().map_err(|e| failed(format!("cannot read directory: {e}")))?;
     walk.directory(&root_fd, &mut here);
