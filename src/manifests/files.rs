@@ -98,8 +98,9 @@ impl Files for SnapshotFiles {
     }
 
     fn list(&self, path: &str) -> Result<Vec<String>, String> {
-        let Resolved::Directory(resolved) = self.lookup(path)? else {
-            return Err(not_followed(self.lookup(path)?));
+        let resolved = match self.lookup(path)? {
+            Resolved::Directory(resolved) => resolved,
+            other => return Err(not_followed(other)),
         };
         let dir = self.beneath.open_dir(&resolved).map_err(|e| format!("cannot read directory: {e}"))?;
         let entries = rustix::fs::Dir::read_from(&dir).map_err(|e| format!("cannot read directory: {e}"))?;
