@@ -110,7 +110,7 @@ pub struct SourceArgs {
     /// With a directory: the repository root it lies in, the boundary of kustomize builds (an
     /// overlay in DIR may use bases anywhere beneath ROOT, as the controller allows beneath the
     /// repository). Without it, DIR itself is the boundary.
-    #[arg(long, value_name = "ROOT")]
+    #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
     /// With an ssh:// URL: the private key (deploy key) to authenticate with.
     #[arg(long, value_name = "FILE")]
