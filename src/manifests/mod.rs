@@ -264,7 +264,19 @@ pub fn load_with(
         let at = join_dir(dir, &kustomization);
         match crate::kustomize::build::build(files, &at) {
             Ok(build) => built_documents(build, dir, namespace, policy, &mut documents, &mut problems),
-            Err(found) => problems.extend(found.into_iter().map(|p| relocate(p, dir))),
+            Err(found) => {
+                // A problem of the directory as a whole is shown at its kustomization file.
+                let file = crate::kustomize::build::find_kustomization(files, &at)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| join_dir(&at, KUSTOMIZATION_FILE_NAMES[0]));
+                let whole = |f: &str| f.is_empty() || f == "." || f == at;
+                problems.extend(found.into_iter().map(|p| match p.file.as_deref() {
+                    None => relocate(p.located(&file, None, None), dir),
+                    Some(f) if whole(f) => relocate(p.located(&file, None, None), dir),
+                    Some(_) => relocate(p, dir),
+                }));
+            }
         }
     }
     problems.extend(duplicates(&documents));
@@ -674,6 +686,25 @@ mod tests {
         let files: Vec<&str> = problems.iter().filter_map(|p| p.file.as_deref()).collect();
         assert!(files.contains(&"plain.yaml"), "{problems:?}");
         assert!(!files.iter().any(|f| f.starts_with("app/not-listed") || f.starts_with("app/nested")), "{problems:?}");
+    }
+
+    #[test]
+    fn a_problem_of_the_kustomization_directory_is_shown_at_its_kustomization_file() {
+        // The builder's skeleton refuses the directory as a whole (the real builder does so for a
+        // directory it cannot build at all): the problem names the file, never `""` or `.`.
+        let files = vec![
+            SourceFile { path: "app/Kustomization".into(), text: "resources: [missing.yaml]\n".into() },
+            SourceFile { path: "kustomization.yml".into(), text: "resources: [app]\n".into() },
+        ];
+        let mut memory = MemoryFiles::new();
+        for file in &files {
+            memory.insert(file.path.clone(), file.text.clone().into_bytes());
+        }
+        let tree = Tree { files: Vec::new(), kustomizations: vec!["app".into()] };
+        for problem in load_with(tree, "", &memory, TENANT, &Policy::default()).unwrap_err() {
+            let file = problem.file.as_deref().unwrap();
+            assert!(file == "app/Kustomization" || file == "kustomization.yml", "{problem}");
+        }
     }
 
     #[test]
