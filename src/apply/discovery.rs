@@ -114,7 +114,7 @@ pub async fn check_set(discovery: &Discovery, set: &ApplySet) -> Result<Vec<Prob
         let kind = document.kind();
         if let Err(refusal) = discovery.tenant_resource(api_version, kind).await? {
             let problem = Problem::field(refusal.field, refusal.message);
-            problems.push(problem.located(&document.file, Some(document.index), Some(document.line)));
+            problems.push(document.locate(problem));
         }
     }
     Ok(problems)

@@ -22,6 +22,39 @@ pub struct Origin {
     pub document: usize,
     /// The 1-based line where the document starts.
     pub line: usize,
+    /// For an object a kustomize generator made, the generator entry (`configMapGenerator[0]`)
+    /// of the kustomization `file`; `document` and `line` are then 0.
+    pub generator: Option<String>,
+}
+
+impl Origin {
+    /// Where the loader found `document`.
+    pub fn of(document: &crate::manifests::Document) -> Origin {
+        Origin {
+            file: document.file.clone(),
+            document: document.index,
+            line: document.line,
+            generator: document.generator.clone(),
+        }
+    }
+
+    /// Places `problem` here (a generated object's at its generator entry).
+    pub fn locate(&self, problem: Problem) -> Problem {
+        match &self.generator {
+            Some(field) => problem.under(field).located(&self.file, None, None),
+            None => problem.located(&self.file, Some(self.document), Some(self.line)),
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    /// `file:document`, or `file generator` for a generated object.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.generator {
+            Some(field) => write!(f, "{} {field}", self.file),
+            None => write!(f, "{}:{}", self.file, self.document),
+        }
+    }
 }
 
 /// The origin of every object of a set, keyed by its identity (the side table from the loader
@@ -114,10 +147,7 @@ impl Refusal {
                 .collect()
         };
         match origin {
-            Some(origin) => problems
-                .into_iter()
-                .map(|p| p.located(&origin.file, Some(origin.document), Some(origin.line)))
-                .collect(),
+            Some(origin) => problems.into_iter().map(|p| origin.locate(p)).collect(),
             None => problems,
         }
     }
@@ -177,7 +207,7 @@ mod tests {
     }
 
     fn origin() -> Origin {
-        Origin { file: "deploy/web.yaml".into(), document: 2, line: 9 }
+        Origin { file: "deploy/web.yaml".into(), document: 2, line: 9, generator: None }
     }
 
     #[test]

@@ -191,12 +191,7 @@ async fn preview(args: &DiffArgs, policy: &Policy, set: &ApplySet) -> Result<(Ve
     let origins: Origins = objects
         .iter()
         .zip(&set.documents)
-        .filter_map(|(object, document)| {
-            Some((
-                entry_of(object)?,
-                Origin { file: document.file.clone(), document: document.index, line: document.line },
-            ))
-        })
+        .filter_map(|(object, document)| Some((entry_of(object)?, Origin::of(document))))
         .collect();
     let answers = server_side::dry_run_all(&tenant, &discovery, &objects, |_| {}).await;
     let mut refused = Vec::new();

@@ -107,6 +107,11 @@ pub struct SourceArgs {
     /// With a URL: the directory inside the repository holding the manifests.
     #[arg(long, value_name = "SUBDIR")]
     pub path: Option<String>,
+    /// With a directory: the repository root it lies in, the boundary of kustomize builds (an
+    /// overlay in DIR may use bases anywhere beneath ROOT, as the controller allows beneath the
+    /// repository). Without it, DIR itself is the boundary.
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
     /// With an ssh:// URL: the private key (deploy key) to authenticate with.
     #[arg(long, value_name = "FILE")]
     pub ssh_key: Option<PathBuf>,
@@ -198,20 +203,49 @@ pub fn load_source(args: &SourceArgs) -> Result<(Policy, ApplySet), Vec<Problem>
     let limits = Limits { max_file_bytes: args.max_file_bytes, max_total_bytes: args.max_total_bytes };
     // Keeps a fetched checkout alive until the tree is read; removed on drop.
     let mut _checkout = None;
-    let files = match remote::is_url(&args.source) {
-        false => manifests::read_tree(Path::new(&args.source), &limits),
+    let synced = match remote::is_url(&args.source) {
+        false => local_root(Path::new(&args.source), args.root.as_deref()),
         true => match remote::fetch(args) {
-            Ok((checkout, dir)) => {
+            Ok((checkout, root, dir)) => {
                 _checkout = Some(checkout);
-                manifests::read_tree(&dir, &limits)
+                Ok((root, dir))
             }
             Err(problem) => Err(vec![problem]),
         },
     };
-    match (policy, files) {
-        (Ok(policy), Ok(files)) => manifests::load(files, &args.namespace, &policy).map(|set| (policy, set)),
-        (policy, files) => Err(policy.err().into_iter().chain(files.err()).flatten().collect()),
+    match (policy, synced) {
+        (Ok(policy), Ok((root, dir))) => {
+            manifests::read_and_load(&root, &dir, &limits, &args.namespace, &policy).map(|set| (policy, set))
+        }
+        (policy, synced) => Err(policy.err().into_iter().chain(synced.err()).flatten().collect()),
     }
+}
+
+/// The boundary and the synced directory (relative to it) of a local DIR: DIR itself, or with
+/// `--root` the root and DIR's path beneath it.
+fn local_root(dir: &Path, root: Option<&Path>) -> Result<(PathBuf, String), Vec<Problem>> {
+    let Some(root) = root else { return Ok((dir.to_path_buf(), String::new())) };
+    let canonical = |path: &Path| {
+        fs::canonicalize(path).map_err(|e| {
+            vec![Problem::field("", format!("cannot read directory: {e}")).located(
+                &path.display().to_string(),
+                None,
+                None,
+            )]
+        })
+    };
+    let (dir_canonical, root_canonical) = (canonical(dir)?, canonical(root)?);
+    let Ok(relative) = dir_canonical.strip_prefix(&root_canonical) else {
+        return Err(vec![
+            Problem::field("", format!("is not beneath --root {}; give a root that holds it", root.display())).located(
+                &dir.display().to_string(),
+                None,
+                None,
+            ),
+        ]);
+    };
+    let relative: Vec<String> = relative.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    Ok((root_canonical, relative.join("/")))
 }
 
 fn read_policy(path: &Path) -> Result<Policy, Vec<Problem>> {

@@ -25,7 +25,7 @@ impl Drop for Checkout {
 }
 
 /// Fetches the URL of `args`; returns the scratch cache and the manifests directory inside it.
-pub fn fetch(args: &SourceArgs) -> Result<(Checkout, PathBuf), Problem> {
+pub fn fetch(args: &SourceArgs) -> Result<(Checkout, PathBuf, String), Problem> {
     let request = request(args)?;
     let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
     let checkout = Checkout(std::env::temp_dir().join(format!("cdtarget-{}-{unique}", std::process::id())));
@@ -39,11 +39,13 @@ pub fn fetch(args: &SourceArgs) -> Result<(Checkout, PathBuf), Problem> {
     indicator.finish();
     let fetched =
         fetched.map_err(|e| Problem::field("", e.to_string()).located(&shown_url(&args.source), None, None))?;
-    let dir = fetched
-        .snapshot()
+    let snapshot = fetched.snapshot();
+    snapshot
         .dir(args.path.as_deref())
         .map_err(|e| Problem::field("", e.to_string()).located(&shown_url(&args.source), None, None))?;
-    Ok((checkout, dir))
+    // The checkout is the boundary of kustomize builds, as in the controller.
+    let synced = source::path_components(args.path.as_deref().unwrap_or_default()).unwrap_or_default().join("/");
+    Ok((checkout, snapshot.root.clone(), synced))
 }
 
 fn shown_url(url: &str) -> String {

@@ -19,6 +19,7 @@ use std::path::{Component, Path};
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 
 use super::{Limits, SourceFile};
+use crate::kustomize::build::KUSTOMIZATION_FILE_NAMES;
 use crate::problem::Problem;
 
 /// Deepest directory nesting read.
@@ -34,140 +35,90 @@ const REGULAR_FILE: OFlags = OFlags::RDONLY.union(OFlags::NOFOLLOW).union(OFlags
 /// (`.git`, `.gitlab-ci.yml`) and other files are skipped; symlinks are read only when they
 /// resolve to a file inside the tree; the limits bound each file and the total.
 pub fn read_tree(root: &Path, limits: &Limits) -> Result<Vec<SourceFile>, Vec<Problem>> {
+    walk(root, limits, false).map(|tree| tree.files)
+}
+
+/// What [`read_tree_for_build`] found: the plain YAML files, and the directories holding a
+/// kustomization file, whose files are not read as documents (the build reads what they name).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tree {
+    /// The YAML files outside every kustomization directory, relative to the root read.
+    pub files: Vec<SourceFile>,
+    /// Directories holding a kustomization file, relative to the root read (`""` for the root
+    /// itself), outermost only: nothing beneath one is looked at.
+    pub kustomizations: Vec<String>,
+}
+
+/// As [`read_tree`], but a directory holding a kustomization file (`kustomization.yaml`,
+/// `kustomization.yml` or `Kustomization`) is recorded instead of read, as Flux's generated
+/// kustomization lists it as one resource and does not descend into it.
+pub fn read_tree_for_build(root: &Path, limits: &Limits) -> Result<Tree, Vec<Problem>> {
+    walk(root, limits, true)
+}
+
+fn walk(root: &Path, limits: &Limits, builds: bool) -> Result<Tree, Vec<Problem>> {
     let shown = root.display().to_string();
     let failed = |message: String| vec![Problem::field("", message).located(&shown, None, None)];
-    // The root itself is the caller's (a checked snapshot path, or a directory on the command
-    // line), so it may be reached through a link; nothing below it is.
-    let root_fd = match rustix::fs::openat(CWD, root, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(e) => return Err(failed(format!("cannot read directory: {}", std::io::Error::from(e)))),
-    };
-    match rustix::fs::fstat(&root_fd) {
-        Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {}
-        Ok(_) => return Err(failed("is not a directory".into())),
-        Err(e) => return Err(failed(format!("cannot read directory: {}", std::io::Error::from(e)))),
-    }
-    // Absolute link targets count when they name a place below the root, as given or as the
-    // kernel names it (the rest of the target is then resolved beneath the root all the same).
-    let mut root_paths: Vec<Vec<Vec<u8>>> = Vec::new();
-    for path in [std::path::absolute(root).ok(), std::fs::canonicalize(root).ok()].into_iter().flatten() {
-        let components = normal_components(&path);
-        if !root_paths.contains(&components) {
-            root_paths.push(components);
-        }
-    }
-    let mut walk = TreeWalk { root: &root_fd, root_paths, limits, total: 0, files: Vec::new(), problems: Vec::new() };
+    let beneath = Beneath::open(root).map_err(failed)?;
+    let mut walk =
+        TreeWalk { beneath: &beneath, limits, total: 0, builds, tree: Tree::default(), problems: Vec::new() };
     let mut here = Vec::new();
+    let root_fd = beneath.root.try_clone().map_err(|e| failed(format!("cannot read directory: {e}")))?;
     walk.directory(&root_fd, &mut here);
-    if walk.problems.is_empty() { Ok(walk.files) } else { Err(walk.problems) }
+    if walk.problems.is_empty() { Ok(walk.tree) } else { Err(walk.problems) }
 }
 
-struct TreeWalk<'a> {
-    root: &'a OwnedFd,
+/// A directory every lookup stays beneath: symlinks are resolved here, component by component,
+/// never by the kernel.
+pub(super) struct Beneath {
+    root: OwnedFd,
     /// The root's absolute paths (as given, canonical), component by component.
     root_paths: Vec<Vec<Vec<u8>>>,
-    limits: &'a Limits,
-    total: u64,
-    files: Vec<SourceFile>,
-    problems: Vec<Problem>,
 }
 
-/// Where a symlink leads, resolved beneath the root.
-enum Resolved {
-    File(OwnedFd),
-    Directory,
-    /// Something other than a file or directory (a FIFO, a socket, a device).
-    Other,
-    Leaves,
-    Broken,
-    Loop,
-}
-
-impl TreeWalk<'_> {
-    fn problem(&mut self, path: &[Vec<u8>], message: impl Into<String>) {
-        let shown = shown(path);
-        self.problems.push(Problem::field("", message).located(&shown, None, None));
-    }
-
-    /// Reads the directory open as `dir`, at `here` (names from the root).
-    fn directory(&mut self, dir: &OwnedFd, here: &mut Vec<Vec<u8>>) {
-        if here.len() >= MAX_DEPTH {
-            return self.problem(here, format!("is nested more than {MAX_DEPTH} directories deep; it is not read"));
+impl Beneath {
+    /// Opens `root`, which must be a directory. The root itself is the caller's (a checked
+    /// snapshot path, or a directory on the command line), so it may be reached through a link;
+    /// nothing below it is.
+    pub(super) fn open(root: &Path) -> Result<Self, String> {
+        let root_fd = rustix::fs::openat(CWD, root, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("cannot read directory: {}", std::io::Error::from(e)))?;
+        match rustix::fs::fstat(&root_fd) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {}
+            Ok(_) => return Err("is not a directory".into()),
+            Err(e) => return Err(format!("cannot read directory: {}", std::io::Error::from(e))),
         }
-        let mut names: Vec<Vec<u8>> = match rustix::fs::Dir::read_from(dir) {
-            Ok(entries) => entries.filter_map(Result::ok).map(|e| e.file_name().to_bytes().to_vec()).collect(),
-            Err(e) => return self.problem(here, format!("cannot read directory: {}", std::io::Error::from(e))),
-        };
-        names.sort();
-        for name in names {
-            // Hidden entries, `.` and `..` among them.
-            if name.starts_with(b".") {
-                continue;
+        // Absolute link targets count when they name a place below the root, as given or as the
+        // kernel names it (the rest of the target is then resolved beneath the root all the same).
+        let mut root_paths: Vec<Vec<Vec<u8>>> = Vec::new();
+        for path in [std::path::absolute(root).ok(), std::fs::canonicalize(root).ok()].into_iter().flatten() {
+            let components = normal_components(&path);
+            if !root_paths.contains(&components) {
+                root_paths.push(components);
             }
-            here.push(name);
-            self.entry(dir, here);
-            here.pop();
         }
-    }
-
-    fn entry(&mut self, dir: &OwnedFd, path: &mut Vec<Vec<u8>>) {
-        let name = path.last().expect("an entry has a name").clone();
-        let stat = match rustix::fs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(stat) => stat,
-            Err(e) => return self.problem(path, format!("cannot read: {}", std::io::Error::from(e))),
-        };
-        let yaml = is_yaml(&name);
-        match FileType::from_raw_mode(stat.st_mode) {
-            FileType::Directory => match rustix::fs::openat(dir, name.as_slice(), DIRECTORY, Mode::empty()) {
-                Ok(subdirectory) => self.directory(&subdirectory, path),
-                Err(e) => self.problem(path, format!("cannot read directory: {}", std::io::Error::from(e))),
-            },
-            FileType::RegularFile if yaml => {
-                match rustix::fs::openat(dir, name.as_slice(), REGULAR_FILE, Mode::empty()) {
-                    Ok(file) => self.file(path, file),
-                    Err(e) => self.problem(path, format!("cannot read: {}", std::io::Error::from(e))),
-                }
-            }
-            FileType::Symlink => self.symlink(path, yaml),
-            _ => {}
-        }
-    }
-
-    fn symlink(&mut self, link: &[Vec<u8>], yaml: bool) {
-        let leaves = "is a symlink that leaves the repository; only links to files inside it are read, and symlinked directories are not followed";
-        match (self.resolve(link), yaml) {
-            (Resolved::Leaves, _) => self.problem(link, leaves),
-            (Resolved::Directory, _) => self.problem(
-                link,
-                "is a symlink to a directory; symlinked directories are not followed, move the files instead",
-            ),
-            (Resolved::File(file), true) => self.file(link, file),
-            (Resolved::Other, true) => {
-                self.problem(link, "is a symlink to something other than a file; only links to files are read")
-            }
-            (Resolved::Broken, true) => {
-                self.problem(link, "is a broken symlink; point it at a file inside the repository or remove it")
-            }
-            (Resolved::Loop, true) => self.problem(
-                link,
-                format!(
-                    "is a symlink that does not resolve within {MAX_LINK_HOPS} links (a loop?); point it at a file"
-                ),
-            ),
-            // Links to files, broken links and the like that are not YAML are never read.
-            _ => {}
-        }
+        Ok(Beneath { root: root_fd, root_paths })
     }
 
     /// Resolves the symlink at `link` beneath the root without letting the kernel follow anything.
-    fn resolve(&self, link: &[Vec<u8>]) -> Resolved {
+    pub(super) fn resolve(&self, link: &[Vec<u8>]) -> Resolved {
         let Some((name, parent)) = link.split_last() else { return Resolved::Broken };
         let mut here: Vec<Vec<u8>> = parent.to_vec();
         let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
         if !self.expand(&mut here, &mut pending, name) {
             return Resolved::Leaves;
         }
-        let mut hops = 1;
+        self.follow(here, pending, 1)
+    }
+
+    /// Looks `path` (names from the root, no `.` or `..`) up beneath the root, resolving every
+    /// link on the way as [`Beneath::resolve`] does.
+    pub(super) fn lookup(&self, path: &[Vec<u8>]) -> Resolved {
+        self.follow(Vec::new(), path.iter().cloned().collect(), 0)
+    }
+
+    /// Walks `pending` from `here`, link by link, beneath the root.
+    fn follow(&self, mut here: Vec<Vec<u8>>, mut pending: VecDeque<Vec<u8>>, mut hops: usize) -> Resolved {
         while let Some(component) = pending.pop_front() {
             match component.as_slice() {
                 b"" | b"." => continue,
@@ -213,7 +164,7 @@ impl TreeWalk<'_> {
                 _ => return Resolved::Other,
             }
         }
-        Resolved::Directory
+        Resolved::Directory(here)
     }
 
     /// Reads the link `name` in directory `here` and queues its target's components in front of
@@ -238,12 +189,116 @@ impl TreeWalk<'_> {
     }
 
     /// Opens the directory at `path` (names from the root), refusing to pass through a link.
-    fn open_dir(&self, path: &[Vec<u8>]) -> rustix::io::Result<OwnedFd> {
+    pub(super) fn open_dir(&self, path: &[Vec<u8>]) -> rustix::io::Result<OwnedFd> {
         let mut dir = self.root.try_clone().map_err(|_| rustix::io::Errno::MFILE)?;
         for name in path {
             dir = rustix::fs::openat(&dir, name.as_slice(), DIRECTORY, Mode::empty())?;
         }
         Ok(dir)
+    }
+}
+
+struct TreeWalk<'a> {
+    beneath: &'a Beneath,
+    limits: &'a Limits,
+    total: u64,
+    /// Whether directories holding a kustomization are recorded instead of read.
+    builds: bool,
+    tree: Tree,
+    problems: Vec<Problem>,
+}
+
+/// Where a path or a symlink leads, resolved beneath the root.
+pub(super) enum Resolved {
+    File(OwnedFd),
+    /// A directory, by its path from the root with every link resolved.
+    Directory(Vec<Vec<u8>>),
+    /// Something other than a file or directory (a FIFO, a socket, a device).
+    Other,
+    Leaves,
+    Broken,
+    Loop,
+}
+
+impl TreeWalk<'_> {
+    fn problem(&mut self, path: &[Vec<u8>], message: impl Into<String>) {
+        let shown = shown(path);
+        self.problems.push(Problem::field("", message).located(&shown, None, None));
+    }
+
+    /// Reads the directory open as `dir`, at `here` (names from the root).
+    fn directory(&mut self, dir: &OwnedFd, here: &mut Vec<Vec<u8>>) {
+        if here.len() >= MAX_DEPTH {
+            return self.problem(here, format!("is nested more than {MAX_DEPTH} directories deep; it is not read"));
+        }
+        let mut names: Vec<Vec<u8>> = match rustix::fs::Dir::read_from(dir) {
+            Ok(entries) => entries.filter_map(Result::ok).map(|e| e.file_name().to_bytes().to_vec()).collect(),
+            Err(e) => return self.problem(here, format!("cannot read directory: {}", std::io::Error::from(e))),
+        };
+        names.sort();
+        if self.builds && names.iter().any(|n| KUSTOMIZATION_FILE_NAMES.iter().any(|k| k.as_bytes() == n.as_slice())) {
+            // Built as one; the build reads what the kustomization names, nothing else here.
+            self.tree.kustomizations.push(shown(here));
+            return;
+        }
+        for name in names {
+            // Hidden entries, `.` and `..` among them.
+            if name.starts_with(b".") {
+                continue;
+            }
+            here.push(name);
+            self.entry(dir, here);
+            here.pop();
+        }
+    }
+
+    fn entry(&mut self, dir: &OwnedFd, path: &mut Vec<Vec<u8>>) {
+        let name = path.last().expect("an entry has a name").clone();
+        let stat = match rustix::fs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(e) => return self.problem(path, format!("cannot read: {}", std::io::Error::from(e))),
+        };
+        let yaml = is_yaml(&name);
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => match rustix::fs::openat(dir, name.as_slice(), DIRECTORY, Mode::empty()) {
+                Ok(subdirectory) => self.directory(&subdirectory, path),
+                Err(e) => self.problem(path, format!("cannot read directory: {}", std::io::Error::from(e))),
+            },
+            FileType::RegularFile if yaml => {
+                match rustix::fs::openat(dir, name.as_slice(), REGULAR_FILE, Mode::empty()) {
+                    Ok(file) => self.file(path, file),
+                    Err(e) => self.problem(path, format!("cannot read: {}", std::io::Error::from(e))),
+                }
+            }
+            FileType::Symlink => self.symlink(path, yaml),
+            _ => {}
+        }
+    }
+
+    fn symlink(&mut self, link: &[Vec<u8>], yaml: bool) {
+        let leaves = "is a symlink that leaves the repository; only links to files inside it are read, and symlinked directories are not followed";
+        match (self.beneath.resolve(link), yaml) {
+            (Resolved::Leaves, _) => self.problem(link, leaves),
+            (Resolved::Directory(_), _) => self.problem(
+                link,
+                "is a symlink to a directory; symlinked directories are not followed, move the files instead",
+            ),
+            (Resolved::File(file), true) => self.file(link, file),
+            (Resolved::Other, true) => {
+                self.problem(link, "is a symlink to something other than a file; only links to files are read")
+            }
+            (Resolved::Broken, true) => {
+                self.problem(link, "is a broken symlink; point it at a file inside the repository or remove it")
+            }
+            (Resolved::Loop, true) => self.problem(
+                link,
+                format!(
+                    "is a symlink that does not resolve within {MAX_LINK_HOPS} links (a loop?); point it at a file"
+                ),
+            ),
+            // Links to files, broken links and the like that are not YAML are never read.
+            _ => {}
+        }
     }
 
     fn file(&mut self, shown: &[Vec<u8>], file: OwnedFd) {
@@ -280,7 +335,7 @@ impl TreeWalk<'_> {
             Ok(_) => match String::from_utf8(bytes) {
                 Ok(text) => {
                     let path = self::shown(shown);
-                    self.files.push(SourceFile { path, text });
+                    self.tree.files.push(SourceFile { path, text });
                 }
                 Err(_) => self.problem(shown, "is not UTF-8 text"),
             },

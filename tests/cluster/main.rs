@@ -19,6 +19,7 @@ mod feedback;
 mod health;
 mod install;
 mod kit;
+mod kustomize;
 mod policy;
 mod readiness;
 mod reconcile;

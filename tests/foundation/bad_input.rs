@@ -341,7 +341,7 @@ fn document_cases() -> Vec<Case> {
                 "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nmetadata:\n  name: k\nresources: []\n"
                     .into(),
             )],
-            expected: vec![at("build.yaml", 1, "kind", "kustomize files are not built")],
+            expected: vec![at("build.yaml", 1, "kind", "is built only from a file named kustomization.yaml")],
         },
         Case {
             name: "same_kind_and_name_in_two_files_reports_the_second",
@@ -462,11 +462,6 @@ fn document_cases() -> Vec<Case> {
             "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: allow-all\nspec:\n  podSelector: {}\n  egress: [{}]\n".into(),
             vec![target_at("kind", "tenants declare egress through CDTargets instead")],
         ),
-        Case {
-            name: "kustomization_file_without_kind_is_rejected_as_kustomize",
-            files: vec![("kustomization.yaml", "resources: [a.yaml]\n".into())],
-            expected: vec![Expected { file: "kustomization.yaml", document: None, field: "", message: "kustomize files are not built" }],
-        },
         one_file(
             "destination_of_every_address_is_rejected_whatever_the_policy",
             with_ips(r#"["::/0"]"#),

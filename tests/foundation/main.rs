@@ -12,6 +12,7 @@ mod deploy;
 mod egress;
 mod golden;
 mod keda_schema;
+mod kustomize;
 mod layout;
 mod lints;
 mod properties;

@@ -1,7 +1,7 @@
 //! What one TenantRepository reconcile reads before it decides, step by step up to the first
 //! failure: the registration's own settings, its credentials Secret, the fetch, the policy, and
-//! the load of the fetched tree (read, checked under the tenancy rules and against the cluster's
-//! discovery). Reads only; the decision is [`super::plan`].
+//! the load of the fetched tree (read, kustomizations built, checked under the tenancy rules and
+//! against the cluster's discovery). Reads only; the decision is [`super::plan`].
 
 use kube::ResourceExt;
 use tracing::Instrument;
@@ -13,7 +13,7 @@ use crate::apply::discovery;
 use crate::manifests::{self, ApplySet};
 use crate::problem::Problem;
 use crate::source::registration::{credentials_from_secret, interval_of, reference_of, timeout_of};
-use crate::source::{Credentials, Request, SourceError};
+use crate::source::{Credentials, Request, SourceError, path_components};
 
 /// What one reconcile read, step by step, up to the first failure.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,10 +81,13 @@ pub async fn observe(
     };
     let snapshot = fetched.snapshot();
     let revision = snapshot.revision.clone();
-    let dir = match snapshot.dir(repo.spec.path.as_deref()) {
-        Ok(dir) => dir,
-        Err(error) => return Ok(Observed::FetchFailed(error)),
-    };
+    // Checked component by component (no link, no `..`); the build's boundary is the whole
+    // snapshot, so `spec.path` may name an overlay whose bases are elsewhere in the repository.
+    if let Err(error) = snapshot.dir(repo.spec.path.as_deref()) {
+        return Ok(Observed::FetchFailed(error));
+    }
+    let root = snapshot.root.clone();
+    let synced = path_components(repo.spec.path.as_deref().unwrap_or_default()).unwrap_or_default().join("/");
     let read = ctx.policy.current().await.map_err(|source| Error::Read {
         kind: "ConfigMap",
         name: ctx.policy.describe(),
@@ -99,7 +102,7 @@ pub async fn observe(
     // Reading and checking a tree is blocking file work and CPU: keep it off the runtime.
     let load = tokio::task::spawn_blocking(move || {
         let _span = tracing::info_span!("load").entered();
-        manifests::read_tree(&dir, &limits).and_then(|files| manifests::load(files, &target_namespace, &policy))
+        manifests::read_and_load(&root, &synced, &limits, &target_namespace, &policy)
     })
     .await
     .unwrap_or_else(|e| Err(vec![Problem::field("", format!("loading the tree failed: {e}"))]));

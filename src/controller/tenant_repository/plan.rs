@@ -167,10 +167,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             let origins = objects
                 .iter()
                 .zip(&set.documents)
-                .filter_map(|(object, document)| {
-                    let origin = Origin { file: document.file.clone(), document: document.index, line: document.line };
-                    Some((entry_of(object)?, origin))
-                })
+                .filter_map(|(object, document)| Some((entry_of(object)?, Origin::of(document))))
                 .collect();
             let inventory = inventory_of(&objects);
             let digest = server_side::digest(&objects);
@@ -373,8 +370,13 @@ mod tests {
 
     fn config_map(name: &str) -> ApplySet {
         let value = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "team-a"}});
-        let document =
-            manifests::Document { file: "a.yaml".into(), index: 1, line: 1, content: Content::Object(value) };
+        let document = manifests::Document {
+            file: "a.yaml".into(),
+            index: 1,
+            line: 1,
+            content: Content::Object(value),
+            generator: None,
+        };
         ApplySet { documents: vec![document] }
     }
 

@@ -105,7 +105,7 @@ pub fn decide(
     let failed = unhealthy.iter().any(|c| c.assessment.status == Status::Failed);
     let located = |c: &Checked| match locations.get(&c.entry) {
         Some(origin) => {
-            format!("{} ({}:{}): {}", object(&c.entry), origin.file, origin.document, c.assessment.message)
+            format!("{} ({origin}): {}", object(&c.entry), c.assessment.message)
         }
         None => format!("{}: {}", object(&c.entry), c.assessment.message),
     };
@@ -128,7 +128,7 @@ pub fn decide(
                 let problem =
                     Problem::field("", format!("{} is not healthy: {}", object(&c.entry), c.assessment.message));
                 match locations.get(&c.entry) {
-                    Some(origin) => problem.located(&origin.file, Some(origin.document), Some(origin.line)),
+                    Some(origin) => origin.locate(problem),
                     None => problem,
                 }
             })
@@ -307,7 +307,7 @@ mod tests {
         use crate::apply::refusal::Origin;
         Origins::from([(
             entry("Deployment", "web"),
-            Origin { file: "deploy/web.yaml".to_owned(), document: 1, line: 1 },
+            Origin { file: "deploy/web.yaml".to_owned(), document: 1, line: 1, generator: None },
         )])
     }
 
