@@ -16,7 +16,7 @@ pub mod order;
 pub mod paths;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -27,7 +27,7 @@ use super::fields::images::Images;
 use super::fields::labels::Labels;
 use super::fields::replicas::Replicas;
 use super::files::{Files, Kind};
-use super::generator::{self, Behavior};
+use super::generator;
 use super::names;
 use super::patch::Patches;
 use super::patch::schema::MergeKeys;
@@ -299,7 +299,9 @@ impl Walk<'_> {
         if ["configMapGenerator", "secretGenerator"].iter().any(|f| k.raw.get(f).is_some_and(|v| !v.is_null())) {
             let generated =
                 generator::generate(&k.raw, &k.file, self.files).map_err(|found| locate_all(found, &k.file))?;
-            absorb(&mut accumulated, generated, &k.file)?;
+            for made in generated {
+                generator::absorb(&mut accumulated, made, &k.file).map_err(|p| vec![p])?;
+            }
             self.check_count(&accumulated, "configMapGenerator", &k.file)?;
         }
         for (field, entry) in &k.components {
@@ -506,13 +508,6 @@ impl Id {
         let namespace = resource.object.pointer("/metadata/namespace").and_then(Value::as_str);
         Id::of(&resource.object, resource.name(), namespace)
     }
-
-    /// The current id and every earlier one.
-    fn all(resource: &Resource) -> Vec<Id> {
-        let mut ids = vec![Id::current(resource)];
-        ids.extend(resource.previous.iter().map(|p| Id::of(&resource.object, &p.name, p.namespace.as_deref())));
-        ids
-    }
 }
 
 impl std::fmt::Display for Id {
@@ -561,64 +556,6 @@ fn append(
         }
         seen.insert(id, accumulated.len());
         accumulated.push(resource);
-    }
-    Ok(())
-}
-
-/// kustomize's `AbsorbAll`: each generated object added, or merged into (or replacing) the one
-/// object that has, or had, its id, as its `behavior` says.
-fn absorb(
-    accumulated: &mut Vec<Resource>,
-    generated: Vec<generator::Generated>,
-    file: &str,
-) -> Result<(), Vec<Problem>> {
-    let mut index: HashMap<Id, Vec<usize>> = HashMap::new();
-    for (i, resource) in accumulated.iter().enumerate() {
-        for id in Id::all(resource).into_iter().collect::<HashSet<_>>() {
-            index.entry(id).or_default().push(i);
-        }
-    }
-    for made in generated {
-        let field = made.field.clone();
-        let problem = |message: String| vec![Problem::field(&field, message).located(file, None, None)];
-        let name = made.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let namespace = made.object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_owned);
-        let id = Id::of(&made.object, &name, namespace.as_deref());
-        match (index.get(&id).map(Vec::as_slice).unwrap_or_default(), made.behavior) {
-            ([], Behavior::Create) => {
-                index.entry(id).or_default().push(accumulated.len());
-                accumulated.push(Resource {
-                    object: made.object,
-                    origin: Origin::Generator { file: file.to_owned(), field: made.field },
-                    previous: Vec::new(),
-                    prefixes: Vec::new(),
-                    suffixes: Vec::new(),
-                    needs_hash: made.needs_hash,
-                    generated: true,
-                });
-            }
-            ([], _) => {
-                return Err(problem(format!(
-                    "{id} does not exist, so it cannot be merged into or replaced; use `behavior: create` (the \
-                     default) or generate it in a base"
-                )));
-            }
-            ([_], Behavior::Create) => {
-                return Err(problem(format!(
-                    "{id} already exists (from a base or an earlier entry); use `behavior: merge` or `behavior: replace`"
-                )));
-            }
-            ([existing], _) => {
-                generator::combine(&mut accumulated[*existing], made)
-                    .map_err(|p| vec![locate(p.under(&field), file)])?;
-            }
-            (several, _) => {
-                return Err(problem(format!(
-                    "{} objects answer to {id}; kustomize cannot tell which one to merge into",
-                    several.len()
-                )));
-            }
-        }
     }
     Ok(())
 }

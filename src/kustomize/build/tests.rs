@@ -5,7 +5,6 @@ use serde_json::json;
 
 use super::*;
 use crate::kustomize::files::MemoryFiles;
-use crate::kustomize::generator::Generated;
 use crate::kustomize::resource::PreviousId;
 
 fn files(entries: &[(&str, &str)]) -> MemoryFiles {
@@ -585,53 +584,6 @@ fn a_patch_that_renames_leaves_the_earlier_name_behind() {
     );
     patches.apply_patches_to(&mut resources).unwrap();
     assert_eq!(resources[0].previous.len(), 1, "a patch that changes nothing records nothing");
-}
-
-// === generators: how a generated object joins what is there ===
-
-fn generated(name: &str, behavior: Behavior) -> Generated {
-    Generated {
-        object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}}),
-        behavior,
-        needs_hash: true,
-        field: "configMapGenerator[0]".into(),
-    }
-}
-
-#[test]
-fn a_generated_object_is_added_once_and_only_merged_or_replaced_into_an_existing_one() {
-    let existing = Resource::from_document(
-        serde_json::from_str(
-            &serde_json::to_string(&crate::yaml::parse_one(&config_map("prod-settings")).unwrap()).unwrap(),
-        )
-        .unwrap(),
-        Origin::Document { file: "c.yaml".into(), index: 1, line: 1 },
-    );
-    let mut renamed = existing.clone();
-    renamed.previous.push(PreviousId { name: "settings".into(), namespace: None });
-
-    let mut accumulated = vec![existing.clone()];
-    absorb(&mut accumulated, vec![generated("fresh", Behavior::Create)], "k.yaml").unwrap();
-    assert_eq!(accumulated.len(), 2);
-    assert!(accumulated[1].generated && accumulated[1].needs_hash);
-    assert_eq!(
-        accumulated[1].origin,
-        Origin::Generator { file: "k.yaml".into(), field: "configMapGenerator[0]".into() }
-    );
-
-    let said = absorb(&mut vec![renamed.clone()], vec![generated("settings", Behavior::Create)], "k.yaml").unwrap_err();
-    assert!(
-        said[0].to_string().contains("k.yaml: configMapGenerator[0]: v1 ConfigMap default/settings already exists"),
-        "{}",
-        said[0]
-    );
-    let said = absorb(&mut vec![existing.clone()], vec![generated("settings", Behavior::Merge)], "k.yaml").unwrap_err();
-    assert!(said[0].to_string().contains("does not exist, so it cannot be merged into or replaced"), "{}", said[0]);
-    let mut twice = existing.clone();
-    twice.object["metadata"]["name"] = json!("other");
-    twice.previous.push(PreviousId { name: "settings".into(), namespace: None });
-    let said = absorb(&mut vec![renamed, twice], vec![generated("settings", Behavior::Replace)], "k.yaml").unwrap_err();
-    assert!(said[0].to_string().contains("2 objects answer to v1 ConfigMap default/settings"), "{}", said[0]);
 }
 
 #[test]
