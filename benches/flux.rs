@@ -30,7 +30,9 @@
 //!    objects, watches or namespace deletions; the same admission policies and per-tenant
 //!    Namespace, ServiceAccount `cdtarget-tenant`, Role and RoleBinding of
 //!    `examples/platform/tenant-rbac.yaml` (Flux's Role also grants the three child kinds cdtarget
-//!    writes as itself: Flux applies them as the tenant);
+//!    writes as itself: Flux applies them as the tenant; and Flux's control plane goes without the
+//!    example's `cdtarget-tenant-no-agent-labels` policy, which refuses the rendered Deployments
+//!    written as the tenant);
 //! 3. starts the controller(s) as processes, then **registers** all tenants with one
 //!    `kubectl apply --server-side` (cdtarget: a TenantRepository each; Flux: a GitRepository, a
 //!    Kustomization impersonating the tenant's ServiceAccount, and a generic Receiver each) and
