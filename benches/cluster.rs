@@ -49,13 +49,14 @@ mod common;
 #[path = "support/fleet.rs"]
 mod fleet;
 
+#[path = "support/measure.rs"]
+mod measure;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{self, Read as _, Seek as _};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -73,10 +74,11 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 
 use common::cluster::{CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, install, keda_crds_dir, path_str};
-use common::control_plane::{AuditEvent, parse_audit_log};
+use common::control_plane::AuditEvent;
 use common::process::find_on_path;
 use common::{ControlPlane, GitDaemon, HarnessError, Upstream, skip_or_fail};
 use fleet::TOKEN;
+use measure::{AuditTail, counted, cpu_seconds, load_average, process_alive, status_kib};
 
 /// Peak memory goal of the issue, MiB.
 const MEMORY_GOAL_MIB: f64 = 150.0;
@@ -281,25 +283,10 @@ fn print_machine() {
     );
 }
 
-/// `/proc/loadavg`'s three averages.
-fn load_average() -> String {
-    let text = fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
 /// Onboards `tenant-0` .. `tenant-{n-1}`: the example's cluster-wide admission policies once, then
 /// one multi-document apply of every tenant's objects. Returns how many objects that apply held.
 fn onboard(cluster: &ControlPlane, daemon: &GitDaemon, registrations: usize) -> usize {
-    let example = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/platform/tenant-rbac.yaml"))
-        .expect("read examples/platform/tenant-rbac.yaml");
-    let documents: Vec<&str> = example.split("\n---\n").collect();
-    let kind_of = |document: &str| {
-        document.lines().find_map(|line| line.strip_prefix("kind: ")).map(str::trim).unwrap_or_default().to_owned()
-    };
-    let per_tenant = ["Namespace", "ServiceAccount", "Role", "RoleBinding"];
-    let (tenant_documents, cluster_wide): (Vec<&str>, Vec<&str>) =
-        documents.into_iter().partition(|document| per_tenant.contains(&kind_of(document).as_str()));
-    assert_eq!(tenant_documents.len(), per_tenant.len(), "the tenant documents of tenant-rbac.yaml");
+    let (tenant_documents, cluster_wide) = measure::tenant_rbac_documents();
 
     let dir = cluster.dir().join("onboarding");
     fs::create_dir_all(&dir).expect("onboarding directory");
@@ -850,102 +837,6 @@ impl DriftReads {
 
 // === the audit log ===
 
-/// Reads the audit log from where it ended when created, a chunk at a time, whole lines only,
-/// across rotations: kube-apiserver renames the log and starts a new one every 100 MB
-/// (lumberjack's default size), which a run of thousands of CDTargets passes several times.
-struct AuditTail {
-    path: PathBuf,
-    /// The file being read (kept open: after a rotation it is the renamed one, read to its end).
-    file: fs::File,
-    inode: u64,
-    rest: Vec<u8>,
-    rotations: usize,
-}
-
-impl AuditTail {
-    fn at_end(path: PathBuf) -> AuditTail {
-        let mut file = fs::File::open(&path).expect("open the audit log");
-        file.seek(io::SeekFrom::End(0)).expect("seek to the end of the audit log");
-        let inode = file.metadata().expect("the audit log's metadata").ino();
-        AuditTail { path, file, inode, rest: Vec::new(), rotations: 0 }
-    }
-
-    /// Calls `each` for every event appended since the last call.
-    fn read_new(&mut self, mut each: impl FnMut(&AuditEvent)) {
-        loop {
-            self.drain(&mut each);
-            let renamed = fs::metadata(&self.path).is_ok_and(|meta| meta.ino() != self.inode);
-            if !renamed {
-                return;
-            }
-            // What was appended between the read above and the rename.
-            self.drain(&mut each);
-            let Ok(file) = fs::File::open(&self.path) else { return };
-            self.inode = file.metadata().map_or(0, |meta| meta.ino());
-            self.file = file;
-            self.rotations += 1;
-        }
-    }
-
-    /// Reads the open file to its end.
-    fn drain(&mut self, each: &mut impl FnMut(&AuditEvent)) {
-        let mut chunk = vec![0; 8 << 20];
-        loop {
-            let n = match self.file.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            self.rest.extend_from_slice(&chunk[..n]);
-            if let Some(end) = self.rest.iter().rposition(|&byte| byte == b'\n') {
-                let lines: Vec<u8> = self.rest.drain(..=end).collect();
-                for event in parse_audit_log(&lines) {
-                    each(&event);
-                }
-            }
-        }
-    }
-
-    /// Calls `step` now and each time a file of the log's directory changes (inotify on the
-    /// directory, which also sees a rotation; no timer) until it returns true, at most `within`;
-    /// whether it did.
-    fn until(&mut self, within: Duration, mut step: impl FnMut(&mut AuditTail) -> bool) -> bool {
-        use rustix::fs::inotify;
-        let dir = self.path.parent().expect("the audit log's directory").to_path_buf();
-        let changed =
-            inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK).expect("an inotify instance");
-        let flags = inotify::WatchFlags::MODIFY | inotify::WatchFlags::CREATE | inotify::WatchFlags::MOVED_TO;
-        inotify::add_watch(&changed, &dir, flags).unwrap_or_else(|e| panic!("a watch of {}: {e}", dir.display()));
-        let deadline = Instant::now() + within;
-        loop {
-            if step(self) {
-                return true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            let timeout = rustix::time::Timespec::try_from(left).expect("a timeout");
-            let mut ready = [rustix::event::PollFd::new(&changed, rustix::event::PollFlags::IN)];
-            match rustix::event::poll(&mut ready, Some(&timeout)) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => panic!("waiting for the audit log: {e}"),
-            }
-            // Drain the notifications; the log is read again above either way.
-            let mut buffer = [0u8; 4096];
-            while rustix::io::read(&changed, &mut buffer).is_ok_and(|n| n > 0) {}
-        }
-    }
-}
-
-/// Whether an audit event stands for one request: its `ResponseComplete`, or for a watch (which
-/// completes only when it ends) its `ResponseStarted`.
-fn counted(event: &AuditEvent) -> bool {
-    match event.verb.as_str() {
-        "watch" => event.stage == "ResponseStarted",
-        _ => event.stage == "ResponseComplete",
-    }
-}
-
 /// Who in the controller sent a request, as far as the audit log tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Sender {
@@ -1137,20 +1028,6 @@ fn report_window(
 
 // === processes: CPU and memory ===
 
-/// CPU seconds (`utime + stime`) of a process so far.
-#[allow(unsafe_code)] // a libc call of the benchmark; `[lints]` denies unsafe code, src/ forbids it
-fn cpu_seconds(pid: u32) -> f64 {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name (which may hold spaces) start with the state, field 3;
-    // utime and stime are fields 14 and 15.
-    let fields: Vec<&str> =
-        text.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf only reads a system constant.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / per_second.max(1.0)
-}
-
 /// CPU seconds of kube-apiserver, etcd and the controller at one moment.
 struct Usage {
     apiserver: f64,
@@ -1183,14 +1060,6 @@ impl Usage {
     }
 }
 
-/// A `kB` field of `/proc/<pid>/status`, in KiB.
-fn status_kib(status: &str, field: &str) -> Option<f64> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// The resident set of `pid` now, by kind, and its thread count.
 fn resident(pid: u32) -> String {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -1203,12 +1072,6 @@ fn resident(pid: u32) -> String {
         mib("RssFile:"),
         mib("RssShmem:")
     )
-}
-
-/// Whether `pid` runs (not gone, not a zombie).
-fn process_alive(pid: u32) -> bool {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|line| line.strip_prefix("State:")).is_some_and(|state| !state.trim().starts_with('Z'))
 }
 
 /// The controller's resident set as sampled.

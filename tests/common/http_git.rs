@@ -55,6 +55,9 @@ pub struct RequestCounts {
     pub receive_pack: usize,
     /// Requests rejected with 401 for a missing or wrong token.
     pub unauthorized: usize,
+    /// Bytes of the response bodies `git http-backend` produced so far (the server's own error
+    /// answers aside), counted when the response is built.
+    pub response_bytes: u64,
 }
 
 /// Which certificate an HTTPS server presents.
@@ -327,6 +330,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("git http-backend: {e}\n")).into_response(),
     };
     let (status, headers, body) = parse_cgi_output(&output);
+    shared.counts.lock().unwrap().response_bytes += body.len() as u64;
     let mut response = if cut {
         let half = body.slice(..body.len().div_ceil(2));
         Response::new(Body::new(CutBody { first: Some(half), flushed: false }))
