@@ -1,13 +1,16 @@
-//! The kustomize patch engine (`src/kustomize/`) against `kubectl kustomize` (kustomize v5.5) as
-//! the oracle: hand-written cases under `cases/` (`oracle`), generated Deployments and patches
-//! (`properties`), and the merge key table against the test control plane's OpenAPI document
-//! (`merge_keys`).
+//! The native kustomize build (`src/kustomize/`) against `kubectl kustomize` (kustomize v5.5) as
+//! the oracle: the patch engine's hand-written cases under `cases/` (`oracle`) and generated
+//! Deployments and patches (`properties`); whole builds of the kustomization trees under `builds/`
+//! (`builds`) and of generated ones (`build_properties`); and the merge key table against the test
+//! control plane's OpenAPI document (`merge_keys`).
 //!
 //! Without kubectl every oracle test prints a SKIP line and passes; under `CI=true` it fails.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod build_properties;
+mod builds;
 mod merge_keys;
 mod oracle;
 mod properties;
