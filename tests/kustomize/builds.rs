@@ -133,13 +133,13 @@ fn diff(expected: &Value, actual: &Value) -> String {
 /// difference found, readable; empty when they agree.
 pub fn differences(expected: &[Value], actual: &[Value]) -> Vec<String> {
     let mut found = Vec::new();
-    let index = |objects: &[Value]| {
+    fn index(objects: &[Value]) -> BTreeMap<String, Vec<&Value>> {
         let mut by_id: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
         for object in objects {
             by_id.entry(id(object)).or_default().push(object);
         }
         by_id
-    };
+    }
     let (theirs, mine) = (index(expected), index(actual));
     for (key, objects) in &theirs {
         match mine.get(key) {
@@ -231,9 +231,14 @@ fn check(name: &str) {
             println!("{name}: kustomize: {}\ncdtarget: {}", kubectl_said.trim(), said(&problems));
         }
         (Outcome::Refused(text), Ok(theirs)) => {
-            let problems = built.unwrap_or_else(|mine| {
-                panic!("{name}: cdtarget builds what it should refuse:\n{}\nkustomize:\n{}", yamls(&mine), yamls(&theirs))
-            });
+            let problems = match built {
+                Err(problems) => problems,
+                Ok(mine) => panic!(
+                    "{name}: cdtarget builds what it should refuse:\n{}\nkustomize:\n{}",
+                    yamls(&mine),
+                    yamls(&theirs)
+                ),
+            };
             assert!(said(&problems).contains(text), "{name}: expected a problem saying {text:?}, got:\n{}", said(&problems));
             println!("{name}: kustomize built {} objects; cdtarget: {}", theirs.len(), said(&problems));
         }
