@@ -100,7 +100,14 @@ fn app() -> impl Strategy<Value = App> {
         prop::sample::select(vec![Config::None, Config::Written, Config::GeneratedConfigMap, Config::GeneratedSecret]),
         prop::option::of(1..4u8),
     )
-        .prop_map(|(name, image, tag, service, config, replicas)| App { name, image, tag, service, config, replicas })
+        .prop_map(|(name, image, tag, service, config, replicas)| App {
+            name,
+            image,
+            tag,
+            service,
+            config,
+            replicas,
+        })
 }
 
 fn level() -> impl Strategy<Value = Level> {
@@ -115,12 +122,19 @@ fn level() -> impl Strategy<Value = Level> {
             0.3,
             (prop::sample::select(vec!["owner", "stage"]), prop::sample::select(vec!["x", "y"]), any::<bool>()),
         ),
-        prop::option::weighted(0.3, (prop::sample::select(vec!["note", "contact"]), prop::sample::select(vec!["1", "z"]))),
+        prop::option::weighted(
+            0.3,
+            (prop::sample::select(vec!["note", "contact"]), prop::sample::select(vec!["1", "z"])),
+        ),
         prop::option::weighted(
             0.3,
             (
                 0..IMAGES.len(),
-                prop_oneof![(2..9u8).prop_map(ImageChange::Tag), Just(ImageChange::Name), (0..9u8).prop_map(ImageChange::Digest)],
+                prop_oneof![
+                    (2..9u8).prop_map(ImageChange::Tag),
+                    Just(ImageChange::Name),
+                    (0..9u8).prop_map(ImageChange::Digest)
+                ],
             ),
         ),
     );
@@ -128,9 +142,16 @@ fn level() -> impl Strategy<Value = Level> {
         prop::option::weighted(0.3, (0..3usize, 0..5u8)),
         prop::option::weighted(
             0.4,
-            prop_oneof![(0..9u8).prop_map(Patch::Env), (0..3usize).prop_map(Patch::Label), (0..3usize).prop_map(Patch::ServiceType)],
+            prop_oneof![
+                (0..9u8).prop_map(Patch::Env),
+                (0..3usize).prop_map(Patch::Label),
+                (0..3usize).prop_map(Patch::ServiceType)
+            ],
         ),
-        prop::option::weighted(0.3, prop_oneof![any::<bool>().prop_map(Generator::New), (0..3usize).prop_map(Generator::Merge)]),
+        prop::option::weighted(
+            0.3,
+            prop_oneof![any::<bool>().prop_map(Generator::New), (0..3usize).prop_map(Generator::Merge)],
+        ),
     );
     (names, fields, more).prop_map(
         |((prefix, suffix, namespace), (common_label, label, annotation, image), (replicas, patch, generator))| Level {
@@ -153,7 +174,15 @@ fn tree() -> impl Strategy<Value = Tree> {
         |(apps, cdtarget, levels)| {
             // One app per name.
             let mut seen = Vec::new();
-            let apps = apps.into_iter().filter(|a| !seen.contains(&a.name) && { seen.push(a.name); true }).collect();
+            let apps = apps
+                .into_iter()
+                .filter(|a| {
+                    !seen.contains(&a.name) && {
+                        seen.push(a.name);
+                        true
+                    }
+                })
+                .collect();
             Tree { apps, cdtarget, levels }
         },
     )
@@ -233,7 +262,10 @@ fn kustomization(tree: &Tree, at: usize) -> Value {
         Some(Patch::Env(value)) => {
             let patch = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "any"},
                 "spec": {"template": {"spec": {"containers": [{"name": "app", "env": [{"name": format!("L{at}"), "value": value.to_string()}]}]}}}});
-            k.insert("patches".into(), json!([{"target": {"kind": "Deployment"}, "patch": serde_json::to_string(&patch).unwrap()}]));
+            k.insert(
+                "patches".into(),
+                json!([{"target": {"kind": "Deployment"}, "patch": serde_json::to_string(&patch).unwrap()}]),
+            );
         }
         Some(Patch::Label(i)) => {
             let ops = json!([{"op": "add", "path": format!("/metadata/labels/patched-l{at}"), "value": "yes"}]);
@@ -243,17 +275,13 @@ fn kustomization(tree: &Tree, at: usize) -> Value {
             );
         }
         Some(Patch::ServiceType(i)) if app(*i).service => {
-            let patch = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": seen_name(tree, at, app(*i).name)},
+            let mut patch = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": seen_name(tree, at, app(*i).name)},
                 "spec": {"type": "NodePort"}});
-            let mut entry = json!({"patch": serde_json::to_string(&patch).unwrap()});
             // A patch without target names its object with its namespace, as the level sees it.
             if let Some(namespace) = tree.levels[..at].iter().rev().find_map(|l| l.namespace) {
-                entry = json!({"patch": serde_json::to_string(&{
-                    let mut p = patch.clone();
-                    p["metadata"]["namespace"] = json!(namespace);
-                    p
-                }).unwrap()});
+                patch["metadata"]["namespace"] = json!(namespace);
             }
+            let entry = json!({"patch": serde_json::to_string(&patch).unwrap()});
             k.insert("patches".into(), json!([entry]));
         }
         Some(Patch::ServiceType(_)) => {}
@@ -302,12 +330,15 @@ fn resources(tree: &Tree) -> Vec<Value> {
                 "spec": {"selector": {"app": app.name}, "ports": [{"port": 80, "targetPort": 8080}]}}));
         }
         if matches!(app.config, Config::Written) {
-            objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{}-settings", app.name)},
-                "data": {"APP": app.name}}));
+            objects.push(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{}-settings", app.name)},
+                "data": {"APP": app.name}}),
+            );
         }
     }
     if tree.cdtarget {
-        objects.push(json!({"apiVersion": "cdtarget.io/v1alpha1", "kind": "CDTarget", "metadata": {"name": "deployer"},
+        objects
+            .push(json!({"apiVersion": "cdtarget.io/v1alpha1", "kind": "CDTarget", "metadata": {"name": "deployer"},
             "spec": {"agent": {"image": "ghcr.io/acme/app:1", "pool": "default"}}}));
     }
     objects

@@ -222,12 +222,18 @@ fn check(name: &str) {
     let built = ours(&dir, &expect.root);
     match (&expect.outcome, kustomized) {
         (Outcome::Same, Ok(theirs)) => {
-            let mine = built.unwrap_or_else(|p| panic!("{name}: cdtarget refused what kustomize builds:\n{}", said(&p)));
+            let mine =
+                built.unwrap_or_else(|p| panic!("{name}: cdtarget refused what kustomize builds:\n{}", said(&p)));
             assert_same_build(name, &theirs, &mine);
         }
         (Outcome::Error(text), Err(kubectl_said)) => {
-            let problems = built.expect_err(&format!("{name}: cdtarget builds what kustomize refuses ({kubectl_said})"));
-            assert!(said(&problems).contains(text), "{name}: expected a problem saying {text:?}, got:\n{}", said(&problems));
+            let problems =
+                built.expect_err(&format!("{name}: cdtarget builds what kustomize refuses ({kubectl_said})"));
+            assert!(
+                said(&problems).contains(text),
+                "{name}: expected a problem saying {text:?}, got:\n{}",
+                said(&problems)
+            );
             println!("{name}: kustomize: {}\ncdtarget: {}", kubectl_said.trim(), said(&problems));
         }
         (Outcome::Refused(text), Ok(theirs)) => {
@@ -239,11 +245,16 @@ fn check(name: &str) {
                     yamls(&theirs)
                 ),
             };
-            assert!(said(&problems).contains(text), "{name}: expected a problem saying {text:?}, got:\n{}", said(&problems));
+            assert!(
+                said(&problems).contains(text),
+                "{name}: expected a problem saying {text:?}, got:\n{}",
+                said(&problems)
+            );
             println!("{name}: kustomize built {} objects; cdtarget: {}", theirs.len(), said(&problems));
         }
         (Outcome::Differs(pointer), Ok(mut theirs)) => {
-            let mut mine = built.unwrap_or_else(|p| panic!("{name}: cdtarget refused what kustomize builds:\n{}", said(&p)));
+            let mut mine =
+                built.unwrap_or_else(|p| panic!("{name}: cdtarget refused what kustomize builds:\n{}", said(&p)));
             let at = |objects: &[Value]| objects.iter().map(|o| o.pointer(pointer).cloned()).collect::<Vec<_>>();
             assert_ne!(at(&theirs), at(&mine), "{name}: expected the builds to differ at {pointer}");
             for object in theirs.iter_mut().chain(mine.iter_mut()) {
@@ -298,9 +309,7 @@ fn kubectl_kustomize_does_what_every_build_case_expects() {
 
 #[test]
 fn builds_compare_by_id_then_object_then_order() {
-    let object = |kind: &str, name: &str, replicas: i64| {
-        serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}, "spec": {"replicas": replicas}})
-    };
+    let object = |kind: &str, name: &str, replicas: i64| serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}, "spec": {"replicas": replicas}});
     let (a, b) = (object("Service", "a", 1), object("ConfigMap", "b", 1));
     assert!(differences(&[a.clone(), b.clone()], &[a.clone(), b.clone()]).is_empty());
     let reordered = differences(&[a.clone(), b.clone()], &[b.clone(), a.clone()]);
