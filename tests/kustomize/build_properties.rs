@@ -1,8 +1,8 @@
 //! Generated kustomization trees from the supported subset, built by `kubectl kustomize` and by
 //! `cdtarget::kustomize::build::build`, compared object by object and in order.
 //!
-//! A tree is a base (`l0`: Deployments with the container `app`, Services, ConfigMaps written or
-//! generated, generated Secrets, a CDTarget) under one to three overlays (`l1`..`l3`, each listing
+//! A tree is a base (`l0`: Deployments with the container `app`, Services, ConfigMaps and Secrets
+//! written or generated, a CDTarget) under one to three overlays (`l1`..`l3`, each listing
 //! the one below). Every level draws its own `namePrefix`, `nameSuffix`, `namespace`,
 //! `commonLabels`, `labels` (with or without `includeSelectors`), `commonAnnotations`, `images`
 //! (newTag, newName or digest), `replicas`, a strategic merge or JSON 6902 patch by target, and a
@@ -28,6 +28,8 @@ enum Config {
     None,
     /// A ConfigMap written in the resources.
     Written,
+    /// A Secret written in the resources.
+    WrittenSecret,
     /// A `configMapGenerator` entry of the base.
     GeneratedConfigMap,
     /// A `secretGenerator` entry of the base.
@@ -97,7 +99,13 @@ fn app() -> impl Strategy<Value = App> {
         0..IMAGES.len(),
         1..4u8,
         any::<bool>(),
-        prop::sample::select(vec![Config::None, Config::Written, Config::GeneratedConfigMap, Config::GeneratedSecret]),
+        prop::sample::select(vec![
+            Config::None,
+            Config::Written,
+            Config::WrittenSecret,
+            Config::GeneratedConfigMap,
+            Config::GeneratedSecret,
+        ]),
         prop::option::of(1..4u8),
     )
         .prop_map(|(name, image, tag, service, config, replicas)| App {
@@ -196,7 +204,9 @@ fn deployment(app: &App) -> Value {
         Config::Written | Config::GeneratedConfigMap => {
             container["envFrom"] = json!([{"configMapRef": {"name": settings}}]);
         }
-        Config::GeneratedSecret => container["envFrom"] = json!([{"secretRef": {"name": settings}}]),
+        Config::WrittenSecret | Config::GeneratedSecret => {
+            container["envFrom"] = json!([{"secretRef": {"name": settings}}])
+        }
     }
     let mut deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -294,7 +304,7 @@ fn kustomization(tree: &Tree, at: usize) -> Value {
             match app.config {
                 Config::GeneratedConfigMap => config_maps.push(entry),
                 Config::GeneratedSecret => secrets.push(entry),
-                Config::None | Config::Written => {}
+                Config::None | Config::Written | Config::WrittenSecret => {}
             }
         }
     }
@@ -328,6 +338,12 @@ fn resources(tree: &Tree) -> Vec<Value> {
         if app.service {
             objects.push(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": app.name},
                 "spec": {"selector": {"app": app.name}, "ports": [{"port": 80, "targetPort": 8080}]}}));
+        }
+        if matches!(app.config, Config::WrittenSecret) {
+            objects.push(
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{}-settings", app.name)},
+                "type": "Opaque", "data": {"APP": "bm90LXJlYWw="}}),
+            );
         }
         if matches!(app.config, Config::Written) {
             objects.push(
