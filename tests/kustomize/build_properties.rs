@@ -179,7 +179,7 @@ fn level() -> impl Strategy<Value = Level> {
 
 fn tree() -> impl Strategy<Value = Tree> {
     (prop::collection::vec(app(), 1..4), any::<bool>(), prop::collection::vec(level(), 2..5)).prop_map(
-        |(apps, cdtarget, levels)| {
+        |(apps, cdtarget, mut levels)| {
             // One app per name.
             let mut seen = Vec::new();
             let apps = apps
@@ -191,6 +191,19 @@ fn tree() -> impl Strategy<Value = Tree> {
                     }
                 })
                 .collect();
+            // One level per label key: changing a label a lower level wrote with its selectors is
+            // refused on purpose (docs/kustomize.md, labels), so the subset sets each key once.
+            let mut keys = Vec::new();
+            for level in &mut levels {
+                if level.common_label.is_some_and(|(key, _)| keys.contains(&key)) {
+                    level.common_label = None;
+                }
+                if level.label.is_some_and(|(key, _, _)| keys.contains(&key)) {
+                    level.label = None;
+                }
+                keys.extend(level.common_label.map(|(key, _)| key));
+                keys.extend(level.label.map(|(key, _, _)| key));
+            }
             Tree { apps, cdtarget, levels }
         },
     )

@@ -227,8 +227,12 @@ fn check(name: &str) {
             assert_same_build(name, &theirs, &mine);
         }
         (Outcome::Error(text), Err(kubectl_said)) => {
-            let problems =
-                built.expect_err(&format!("{name}: cdtarget builds what kustomize refuses ({kubectl_said})"));
+            let problems = match built {
+                Err(problems) => problems,
+                Ok(mine) => {
+                    panic!("{name}: cdtarget builds what kustomize refuses ({kubectl_said}):\n{}", yamls(&mine))
+                }
+            };
             assert!(
                 said(&problems).contains(text),
                 "{name}: expected a problem saying {text:?}, got:\n{}",
