@@ -1,0 +1,1 @@
+SELECT day, count(*) FROM orders GROUP BY day;
