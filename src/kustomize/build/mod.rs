@@ -360,12 +360,8 @@ impl Walk<'_> {
         }
         patches.apply_json6902_to(resources).map_err(at)?;
         if !replicas.is_empty() {
-            for resource in resources.iter_mut() {
-                let Resource { object, previous, .. } = resource;
-                let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-                let answers_to = |n: &str| name == n || previous.iter().any(|p| p.name == n);
-                replicas.apply(object, &answers_to).map_err(at)?;
-            }
+            // `apply_all`: an entry no workload answers to is kustomize's error too.
+            replicas.apply_all(resources).map_err(|found| locate_all(found, &k.file))?;
         }
         if !images.is_empty() {
             resources.iter_mut().try_for_each(|r| images.apply(&mut r.object)).map_err(at)?;
