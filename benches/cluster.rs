@@ -75,10 +75,10 @@ use kube::{Api, Client, Resource};
 
 use common::cluster::{CONTROLLER_USER, Controller, PLATFORM_NAMESPACE, install, keda_crds_dir, path_str};
 use common::control_plane::AuditEvent;
-use common::process::find_on_path;
+use common::process::{find_on_path, process_running};
 use common::{ControlPlane, GitDaemon, HarnessError, Upstream, skip_or_fail};
 use fleet::TOKEN;
-use measure::{AuditTail, counted, cpu_seconds, load_average, process_alive, status_kib};
+use measure::{AuditTail, counted, cpu_seconds, load_average, status_kib};
 
 /// Peak memory goal of the issue, MiB.
 const MEMORY_GOAL_MIB: f64 = 150.0;
@@ -1099,7 +1099,7 @@ async fn sample_memory(pid: u32, memory: Arc<Mutex<Memory>>, exited: tokio::sync
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
         every.tick().await;
-        if !process_alive(pid) {
+        if !process_running(pid) {
             exited.send_replace(true);
             return;
         }

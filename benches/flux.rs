@@ -98,10 +98,10 @@ use common::cluster::{
 };
 use common::control_plane::AuditEvent;
 use common::http_git::HttpGit;
-use common::process::{find_on_path, free_port, kill_with_children};
+use common::process::{find_on_path, free_port, kill_with_children, process_running, wait_until_serving};
 use common::{ControlPlane, HarnessError, Upstream, skip_or_fail};
 use fleet::TOKEN;
-use measure::{AuditTail, counted, cpu_seconds, load_average, process_alive, status_kib};
+use measure::{AuditTail, counted, cpu_seconds, load_average, status_kib};
 
 /// The tenant ServiceAccount of `examples/platform/tenant-rbac.yaml`, impersonated by both.
 const TENANT_SERVICE_ACCOUNT: &str = "cdtarget-tenant";
@@ -857,8 +857,12 @@ impl Processes {
                         .spawn()
                         .map_err(|e| format!("starting {}: {e}", binary.display()))?;
                     println!("  Flux {name} started (pid {})", child.id());
+                    let pid = child.id();
                     processes.flux.push((name.to_owned(), child, log));
-                    ready(health, name).await?;
+                    tokio::task::block_in_place(|| {
+                        wait_until_serving(health, Duration::from_secs(120), answers_ready, || process_running(pid))
+                    })
+                    .map_err(|why| format!("Flux {name}: {why}\n{}", processes.log_tails()))?;
                 }
                 Ok(processes)
             }
@@ -872,7 +876,7 @@ impl Processes {
     }
 
     fn alive(&self) -> bool {
-        self.pids().into_iter().all(process_alive)
+        self.pids().into_iter().all(process_running)
     }
 
     fn cpu_seconds(&self) -> f64 {
@@ -961,18 +965,18 @@ impl Drop for Processes {
     }
 }
 
-/// Waits until a Flux controller answers `/readyz` on its health port.
-async fn ready(port: u16, name: &str) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if let Ok(response) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await
-            && response.status().is_success()
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await; // polling a process starting up
+/// Whether the controller on `stream` answers `GET /readyz` with 200 (controller-runtime's
+/// readiness), for [`wait_until_serving`].
+fn answers_ready(stream: &mut std::net::TcpStream) -> bool {
+    use std::io::{Read as _, Write as _};
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
     }
-    Err(format!("Flux {name} not ready within 120 s"))
+    let mut head = [0u8; 16];
+    let read = stream.read(&mut head).unwrap_or(0);
+    // "HTTP/1.x 200 ..."
+    head[..read].get(9..12) == Some(b"200")
 }
 
 // === what the watches see ===

@@ -129,12 +129,6 @@ pub fn status_kib(status: &str, field: &str) -> Option<f64> {
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// Whether `pid` runs (not gone, not a zombie).
-pub fn process_alive(pid: u32) -> bool {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|line| line.strip_prefix("State:")).is_some_and(|state| !state.trim().starts_with('Z'))
-}
-
 /// `/proc/loadavg`'s three averages.
 pub fn load_average() -> String {
     let text = fs::read_to_string("/proc/loadavg").unwrap_or_default();

@@ -24,7 +24,7 @@ use cdtarget::kustomize::files::MemoryFiles;
 use cdtarget::problem::Problem;
 use serde_json::Value;
 
-use crate::support::{kubectl_available, kustomize};
+use crate::support::{kubectl_available, kustomize, remove};
 
 fn builds_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kustomize/builds")
@@ -183,14 +183,6 @@ pub fn assert_same_build(case: &str, expected: &[Value], actual: &[Value]) {
 /// Problems as the CLI prints them, one a line.
 pub fn said(problems: &[Problem]) -> String {
     problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
-}
-
-/// Removes the field at a JSON pointer (without escapes).
-fn remove(object: &mut Value, pointer: &str) {
-    let (parent, last) = pointer.rsplit_once('/').expect("a pointer below the root");
-    if let Some(parent) = object.pointer_mut(parent).and_then(Value::as_object_mut) {
-        parent.remove(last);
-    }
 }
 
 /// kubectl's side of a case: what it built, after checking that it did what `expect` says.

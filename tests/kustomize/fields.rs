@@ -20,7 +20,7 @@ use cdtarget::kustomize::resource::{Origin, Resource};
 use cdtarget::problem::Problem;
 use serde_json::Value;
 
-use crate::support::{assert_same, kubectl_available, kustomize, pretty, sorted};
+use crate::support::check_case;
 
 fn builds_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kustomize/builds")
@@ -70,51 +70,7 @@ fn ours(dir: &Path) -> Result<Vec<Value>, Vec<Problem>> {
 
 /// Builds the case both ways and checks what its `expect` file says.
 fn check(name: &str) {
-    if !kubectl_available(name) {
-        return;
-    }
-    let dir = builds_dir().join(name.replace('_', "-"));
-    assert!(dir.join("kustomization.yaml").is_file(), "no case at {}", dir.display());
-    let expect = std::fs::read_to_string(dir.join("expect")).unwrap_or_default();
-    let (kustomized, ours) = (kustomize(&dir), ours(&dir));
-    let problems = |found: &[Problem]| found.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
-    if let Some(text) = expect.trim().strip_prefix("error: ") {
-        let said = kustomized.expect_err("kubectl kustomize refuses this case");
-        let found = ours.expect_err(&format!("ours refuses this case (kustomize: {said})"));
-        assert!(
-            problems(&found).contains(text),
-            "{name}: expected a problem saying {text:?}, got:\n{}",
-            problems(&found)
-        );
-        println!("{name}: kustomize: {}\nours: {}", said.trim(), problems(&found));
-    } else if let Some(text) = expect.trim().strip_prefix("refused: ") {
-        let built = kustomized.expect("kubectl kustomize builds this case");
-        let found = ours.expect_err("ours refuses this case");
-        assert!(
-            problems(&found).contains(text),
-            "{name}: expected a problem saying {text:?}, got:\n{}",
-            problems(&found)
-        );
-        println!("{name}: kustomize built:\n{}\nours: {}", pretty(&built), problems(&found));
-    } else if let Some(pointer) = expect.trim().strip_prefix("differs: ") {
-        let mut built = sorted(kustomized.unwrap_or_else(|said| panic!("{name}: kubectl kustomize failed: {said}")));
-        let mut found = sorted(ours.unwrap_or_else(|found| panic!("{name}: ours failed:\n{}", problems(&found))));
-        let theirs: Vec<_> = built.iter().map(|o| o.pointer(pointer).cloned()).collect();
-        let mine: Vec<_> = found.iter().map(|o| o.pointer(pointer).cloned()).collect();
-        assert_ne!(theirs, mine, "{name}: expected the builds to differ at {pointer}");
-        println!("{name}: at {pointer} kustomize gives {theirs:?}, ours {mine:?}");
-        for object in built.iter_mut().chain(found.iter_mut()) {
-            if let Some(field) = object.pointer_mut(pointer) {
-                *field = Value::Null;
-            }
-        }
-        assert_same(name, built, found);
-    } else {
-        assert!(expect.trim().is_empty(), "{name}: unknown expect {expect:?}");
-        let built = kustomized.unwrap_or_else(|said| panic!("{name}: kubectl kustomize failed: {said}"));
-        let found = ours.unwrap_or_else(|found| panic!("{name}: ours failed:\n{}", problems(&found)));
-        assert_same(name, built, found);
-    }
+    check_case(name, &builds_dir(), ours);
 }
 
 macro_rules! cases {

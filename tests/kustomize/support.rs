@@ -83,3 +83,63 @@ pub fn assert_same(case: &str, expected: Vec<Value>, actual: Vec<Value>) {
         );
     }
 }
+
+/// Builds the case `name` (its directory under `cases`, `_` read as `-`) with `kubectl kustomize`
+/// and with `ours`, and checks what its `expect` file says:
+/// - no `expect`: both builds succeed and give the same objects;
+/// - `error: TEXT`: both refuse, ours with a problem saying TEXT;
+/// - `refused: TEXT`: kustomize builds, ours refuses on purpose with TEXT;
+/// - `differs: POINTER`: both build, the objects differ at POINTER and nowhere else.
+pub fn check_case(name: &str, cases: &Path, ours: impl FnOnce(&Path) -> Result<Vec<Value>, Vec<Problem>>) {
+    if !kubectl_available(name) {
+        return;
+    }
+    let dir = cases.join(name.replace('_', "-"));
+    assert!(dir.join("kustomization.yaml").is_file(), "no case at {}", dir.display());
+    let expect = std::fs::read_to_string(dir.join("expect")).unwrap_or_default();
+    let (kustomized, ours) = (kustomize(&dir), ours(&dir));
+    let problems = |found: &[Problem]| found.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+    if let Some(text) = expect.trim().strip_prefix("error: ") {
+        let said = kustomized.expect_err("kubectl kustomize refuses this case");
+        let found = ours.expect_err(&format!("ours refuses this case (kustomize: {said})"));
+        assert!(
+            problems(&found).contains(text),
+            "{name}: expected a problem saying {text:?}, got:\n{}",
+            problems(&found)
+        );
+        println!("{name}: kustomize: {}\nours: {}", said.trim(), problems(&found));
+    } else if let Some(text) = expect.trim().strip_prefix("refused: ") {
+        let built = kustomized.expect("kubectl kustomize builds this case");
+        let found = ours.expect_err("ours refuses this case");
+        assert!(
+            problems(&found).contains(text),
+            "{name}: expected a problem saying {text:?}, got:\n{}",
+            problems(&found)
+        );
+        println!("{name}: kustomize built:\n{}\nours: {}", pretty(&built), problems(&found));
+    } else if let Some(pointer) = expect.trim().strip_prefix("differs: ") {
+        let mut built = sorted(kustomized.unwrap_or_else(|said| panic!("{name}: kubectl kustomize failed: {said}")));
+        let mut found = sorted(ours.unwrap_or_else(|found| panic!("{name}: ours failed:\n{}", problems(&found))));
+        let theirs: Vec<_> = built.iter().map(|o| o.pointer(pointer).cloned()).collect();
+        let mine: Vec<_> = found.iter().map(|o| o.pointer(pointer).cloned()).collect();
+        assert_ne!(theirs, mine, "{name}: expected the builds to differ at {pointer}");
+        println!("{name}: at {pointer} kustomize gives {theirs:?}, ours {mine:?}");
+        for object in built.iter_mut().chain(found.iter_mut()) {
+            remove(object, pointer);
+        }
+        assert_same(name, built, found);
+    } else {
+        assert!(expect.trim().is_empty(), "{name}: unknown expect {expect:?}");
+        let built = kustomized.unwrap_or_else(|said| panic!("{name}: kubectl kustomize failed: {said}"));
+        let found = ours.unwrap_or_else(|found| panic!("{name}: ours failed:\n{}", problems(&found)));
+        assert_same(name, built, found);
+    }
+}
+
+/// Removes the field at a JSON pointer (without escapes).
+pub fn remove(object: &mut Value, pointer: &str) {
+    let (parent, last) = pointer.rsplit_once('/').expect("a pointer below the root");
+    if let Some(parent) = object.pointer_mut(parent).and_then(Value::as_object_mut) {
+        parent.remove(last);
+    }
+}
