@@ -2,9 +2,10 @@
 //! inventory and what leaves the cluster when it leaves Git ([`inventory`], pure), which objects
 //! drifted ([`drift`], pure), what the API server said when it refused an object
 //! ([`refusal`], pure), which kinds the cluster serves ([`discovery`]), how tenant objects
-//! are applied as the tenant ([`server_side`]), and the one executor of every write
-//! ([`writer`]).
+//! are applied as the tenant ([`server_side`]), what this process applied last ([`applied`]),
+//! and the one executor of every write ([`writer`]).
 
+pub mod applied;
 pub mod discovery;
 pub mod drift;
 pub mod inventory;

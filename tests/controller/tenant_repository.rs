@@ -22,6 +22,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube_fake_client::ClientBuilder;
 
+use cdtarget::apply::applied::AppliedObjects;
 use cdtarget::apply::discovery::Discovery;
 use cdtarget::apply::{Writer, server_side};
 
@@ -48,6 +49,8 @@ pub(crate) struct Fixture {
     /// The controller's discovery cache, kept across reconciles as in production; a miss
     /// refreshes at once (the throttle is tested in tests/controller/discovery.rs).
     pub(crate) discovery: Arc<Discovery>,
+    /// What the controller applied last, kept across reconciles as in one process.
+    pub(crate) applied: AppliedObjects,
 }
 
 impl Fixture {
@@ -84,7 +87,8 @@ impl Fixture {
         let bridge = ApiBridge::start(fake, Record::All).await;
         let client = bridge.client();
         let discovery = Arc::new(Discovery::new(client.clone()).with_min_refresh(Duration::ZERO));
-        Fixture { client, bridge, writes, _upstream: upstream, repo, cache: test_dir(), discovery }
+        let applied = AppliedObjects::default();
+        Fixture { client, bridge, writes, _upstream: upstream, repo, cache: test_dir(), discovery, applied }
     }
 
     /// The reconciler's context, as `cdtarget controller` builds it: every request goes over
@@ -92,7 +96,9 @@ impl Fixture {
     pub(crate) fn context(&self) -> Arc<Context> {
         let fetcher = Fetcher::new(self.cache.path(), Limits::default(), 2);
         let writer = Writer::new(self.client.clone()).with_discovery(self.discovery.clone());
-        Arc::new(Context::new(self.client.clone(), fetcher, PLATFORM, "cdtarget-policy").with_writer(writer))
+        let mut context = Context::new(self.client.clone(), fetcher, PLATFORM, "cdtarget-policy").with_writer(writer);
+        context.applied = self.applied.clone();
+        Arc::new(context)
     }
 
     /// Registers [`REPO`] ([`TenantRepository::test`]: into `team-a` as `deployer`, pruning):
@@ -310,6 +316,61 @@ async fn an_unchanged_revision_repairs_drifted_and_deleted_objects_and_sends_not
 }
 
 #[tokio::test]
+async fn a_new_revision_sends_only_the_objects_it_changed_and_reads_the_others_back() {
+    let (fixture, _) = applied_once().await;
+    fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "change settings");
+    fixture.reconcile().await;
+
+    let wire = fixture.bridge.requests();
+    let tenant_path = format!("/namespaces/{TENANT}/");
+    let patches: Vec<&WireRequest> =
+        wire.iter().filter(|r| r.method == "PATCH" && r.path.contains(&tenant_path)).collect();
+    assert_eq!(patches.len(), 2, "one dry run and one apply: {patches:#?}");
+    assert!(patches.iter().all(|r| r.path.contains("/configmaps/settings")), "{patches:#?}");
+    assert!(patches[0].path.contains("dryRun=All") && !patches[1].path.contains("dryRun"), "{patches:#?}");
+    let reads: Vec<&WireRequest> = wire.iter().filter(|r| r.method == "GET" && r.path.contains(&tenant_path)).collect();
+    assert_eq!(reads.len(), 2, "the two unchanged objects are read back: {reads:#?}");
+    assert!(reads.iter().all(|r| !r.path.contains("/settings")), "{reads:#?}");
+    assert_eq!(fixture.config_map("settings").await.unwrap().data.unwrap()["value"], "2");
+    assert_eq!(fixture.status().await.inventory.len(), 3, "the inventory is still the whole set");
+}
+
+#[tokio::test]
+async fn a_new_revision_also_repairs_an_unchanged_object_that_drifted_and_dry_runs_both_first() {
+    let (fixture, _) = applied_once().await;
+    let mut extra = fixture.config_map("extra").await.expect("applied");
+    extra.data = Some(BTreeMap::from([("value".to_owned(), "edited by hand".to_owned())]));
+    extra.metadata.managed_fields = None;
+    fixture.tenant::<ConfigMap>().replace("extra", &PostParams::default(), &extra).await.expect("edit");
+    fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "change settings");
+    fixture.reconcile().await;
+
+    let mut writes = fixture.writes();
+    writes.retain(|w| w.starts_with("patch"));
+    writes.sort();
+    assert_eq!(writes, ["patch ConfigMap team-a/extra", "patch ConfigMap team-a/settings"]);
+    let wire = fixture.bridge.requests();
+    let dry_runs = wire.iter().filter(|r| r.method == "PATCH" && r.path.contains("dryRun=All")).count();
+    let first_write = wire.iter().position(|r| {
+        r.method == "PATCH" && r.path.contains(&format!("/namespaces/{TENANT}/")) && !r.path.contains("dryRun")
+    });
+    let last_dry_run = wire.iter().rposition(|r| r.path.contains("dryRun=All"));
+    assert!(dry_runs >= 2 && last_dry_run < first_write, "both dry-run before the first write: {wire:#?}");
+    assert_eq!(fixture.config_map("extra").await.unwrap().data.unwrap()["value"], "x", "put back as Git says");
+}
+
+#[tokio::test]
+async fn a_controller_that_did_not_apply_the_set_itself_sends_all_of_it() {
+    let (fixture, _) = applied_once().await;
+    fixture.applied.forget(&format!("{PLATFORM}/{REPO}")); // as after a restart or on a new leader
+    fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "2"))], "change settings");
+    fixture.reconcile().await;
+    let mut writes = fixture.writes();
+    writes.retain(|w| w.starts_with("patch"));
+    assert_eq!(writes.len(), 3, "every object applied: {writes:?}");
+}
+
+#[tokio::test]
 async fn a_file_removed_from_git_prunes_exactly_its_object() {
     let (fixture, _) = applied_once().await;
     fixture.repo.remove_file("deploy/extra.yaml", "drop extra");
@@ -448,14 +509,14 @@ async fn the_observer_is_told_what_each_reconcile_applied_pruned_and_manages() {
 
     // Nothing changed: nothing applied, three objects managed.
     reconcile(Arc::new(fixture.registration().await), observed(&fixture)).await.unwrap();
-    // A file left Git: the other objects are applied again and one is pruned.
+    // A file left Git: one object is pruned; the others did not change, so none is sent.
     fixture.repo.remove_file("deploy/extra.yaml", "drop extra");
     fixture.repo.push("main");
     reconcile(Arc::new(fixture.registration().await), observed(&fixture)).await.unwrap();
 
     let reports = reports.lock().unwrap().clone();
     let counts: Vec<(usize, usize, usize)> = reports.iter().map(|r| (r.applied, r.pruned, r.managed)).collect();
-    assert_eq!(counts, [(0, 0, 3), (2, 1, 2)]);
+    assert_eq!(counts, [(0, 0, 3), (0, 1, 2)]);
     assert_eq!(reports[0].registration, format!("{PLATFORM}/{REPO}"));
 }
 
@@ -513,7 +574,7 @@ async fn tenant_applies_use_their_own_field_manager_and_the_controllers_status_i
     let patches: Vec<(&str, Option<&str>)> =
         wire.iter().filter(|r| r.method == "PATCH").map(|r| (r.path.as_str(), field_manager(r))).collect();
     let tenant: Vec<_> = patches.iter().filter(|(path, _)| path.contains(&format!("/namespaces/{TENANT}/"))).collect();
-    assert!(tenant.len() >= 3, "{patches:#?}");
+    assert_eq!(tenant.len(), 2, "the changed object's dry run and apply: {patches:#?}");
     assert!(tenant.iter().all(|(_, manager)| *manager == Some(server_side::TENANT_FIELD_MANAGER)), "{patches:#?}");
     let status: Vec<_> =
         patches.iter().filter(|(path, _)| path.split('?').next().unwrap().ends_with("/status")).collect();

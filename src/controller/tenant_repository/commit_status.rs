@@ -277,6 +277,8 @@ mod tests {
             applied,
             apply: None,
             only_drifted: false,
+            unchanged: Default::default(),
+            digests: None,
             prune: Vec::new(),
             intent: None,
             fetched_revision: revision.map(str::to_owned),

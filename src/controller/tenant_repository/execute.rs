@@ -1,13 +1,18 @@
 //! Carries out a plan's apply and prune through the one writer, as the registration's tenant
 //! ServiceAccount, in two steps around the intent record ([`super::Plan::intent`]):
 //!
-//! 1. [`dry_run`]: what is to be sent (the whole set after a new revision or a changed set; only
-//!    what drifted when the revision and set are unchanged) is server-side dry-run as the tenant.
+//! 1. [`dry_run`]: what is to be sent (after a new revision or a changed set, the objects it
+//!    changed, or the whole set when this process has not applied it before; only what drifted
+//!    when the revision and set are unchanged) is server-side dry-run as the tenant.
 //!    Any refusal turns the plan into [`Plan::dry_run_refused`]: nothing is written at all.
 //! 2. [`apply_and_prune`]: the objects in order, then the deletion of what left Git. A refusal
 //!    here (the dry run passed, but a quota, a conflict or a permission changed in between) turns
 //!    the plan into its failed form ([`Plan::apply_failed`], [`Plan::prune_failed`]), which keeps
 //!    every record a later reconcile needs.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
 
 use super::plan::Plan;
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
@@ -64,9 +69,44 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, mut plan: Plan) -
             }
         }
     }
+    // After a new revision, the objects it did not change are read back while the changed ones
+    // are dry-run: a push waits for one round trip, and only what changed or drifted is sent.
+    let mut checked_already = None;
+    if !plan.unchanged.is_empty()
+        && let Some(objects) = plan.apply.take()
+    {
+        let unchanged = std::mem::take(&mut plan.unchanged);
+        let is_unchanged = |object: &Value| entry_of(object).is_some_and(|entry| unchanged.contains(&entry));
+        let (same, changed): (Vec<Value>, Vec<Value>) = objects.iter().cloned().partition(is_unchanged);
+        let (drifted, dry_run) = futures::join!(writer.drifted(&user, same), writer.dry_run(&user, &changed));
+        let drifted = match drifted {
+            Ok(drifted) => drifted,
+            Err(e) => {
+                plan.intent = None;
+                executed.failure = Some(e);
+                return (plan, executed);
+            }
+        };
+        executed.repaired = drifted.iter().filter_map(entry_of).collect();
+        let repaired: BTreeSet<&InventoryEntry> = executed.repaired.iter().collect();
+        // In the set's order: what changed, and what drifted.
+        let send: Vec<Value> = objects
+            .into_iter()
+            .filter(|object| !is_unchanged(object) || entry_of(object).is_some_and(|e| repaired.contains(&e)))
+            .collect();
+        // A drifted object was not in that dry run: then everything sent is dry-run together.
+        if drifted.is_empty() {
+            checked_already = Some(dry_run);
+        }
+        plan.apply = (!send.is_empty()).then_some(send);
+    }
     let Some(objects) = plan.apply.as_deref() else { return (plan, executed) };
     executed.dry_run = objects.len();
-    match writer.dry_run(&user, objects).await {
+    let checked = match checked_already {
+        Some(checked) => checked,
+        None => writer.dry_run(&user, objects).await,
+    };
+    match checked {
         Ok(refused) if refused.is_empty() => {}
         Ok(mut refused) => {
             let refusals: Vec<Refusal> = refused.iter().map(|e| Refusal::of(entry(objects, e), &e.source)).collect();

@@ -357,6 +357,8 @@ mod tests {
             applied: Some(Verdict::new(ok, reason, message)),
             apply: None,
             only_drifted: false,
+            unchanged: Default::default(),
+            digests: None,
             prune: Vec::new(),
             intent: None,
             fetched_revision: Some(revision.into()),

@@ -32,6 +32,7 @@ use tracing::Instrument;
 
 use self::gitlab as gitlab_step;
 use crate::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
+use crate::apply::applied::AppliedObjects;
 use crate::apply::{WriteError, Writer};
 use crate::controller::inputs::PolicySource;
 use crate::error::{Class, Classify};
@@ -98,6 +99,9 @@ pub struct Context {
     /// in the tenant namespace and records the tenant's Warning Events ([`feedback`]); without
     /// it (tests that do not look at them), neither.
     pub feedback: Option<feedback::Feedback>,
+    /// What this process applied last for each registration: a new revision sends only the
+    /// objects it changed.
+    pub applied: AppliedObjects,
 }
 
 /// What one reconcile did to the cluster.
@@ -132,6 +136,7 @@ impl Context {
             gitlab: None,
             readiness: None,
             feedback: None,
+            applied: AppliedObjects::default(),
         }
     }
 
@@ -277,7 +282,9 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
 async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
     let name = repo.name_any();
     let secrets = SecretReads::new(ctx.writer.client(), &namespace);
+    let key = format!("{namespace}/{name}");
     if let Some(deletion) = gitlab_step::deletion_of(&repo) {
+        ctx.applied.forget(&key);
         return Ok(gitlab_step::finalize(&repo, &namespace, ctx.gitlab_inputs(&secrets), deletion).await?);
     }
     // Finalizer and key pair Secret: a failure here is reported by the sync step below (the
@@ -289,7 +296,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         tracing::Span::current().record("revision", revision);
     }
     let webhook = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
-    let plan = plan::plan(&repo, observed, jitter(&repo.spec));
+    let plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
     // All or nothing: what is to be sent is server-side dry-run as the tenant before anything
     // is written; a refusal leaves no intent, no apply and no prune (the plan says so).
     let (plan, checked) = execute::dry_run(&ctx.writer, &repo, plan).await;
@@ -307,6 +314,12 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     let commit_feedback = commit_status::before_apply(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
 
     let (plan, executed) = execute::apply_and_prune(&ctx.writer, &repo, plan, checked).await;
+    match (&executed.failure, &plan.digests) {
+        // Whatever a failed attempt left on the cluster, the next one sends the whole set.
+        (Some(_), _) => ctx.applied.forget(&key),
+        (None, Some(digests)) if plan.record.is_some() => ctx.applied.remember(&key, digests.clone()),
+        (None, _) => {}
+    }
     // The tenant's client could not even be built: nothing was sent, nothing is reported.
     if let Some(WriteError::Impersonate { .. }) = &executed.failure {
         return Err(Error::Apply(executed.failure.expect("matched above")));

@@ -4,6 +4,7 @@
 //! nothing, and the record keeps the last applied revision and the inventory.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -15,6 +16,7 @@ use super::{
     REASON_SUCCEEDED, REASON_VALIDATION_FAILED, STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY,
 };
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
+use crate::apply::applied::{Digests, digests_of, unchanged};
 use crate::apply::refusal::{Origin, Origins, Refusal};
 use crate::apply::server_side;
 use crate::apply::{entry_of, inventory_of, prune_plan};
@@ -53,6 +55,12 @@ pub struct Plan {
     /// objects whose live copy no longer holds what Git says are sent (drift is repaired, an
     /// unchanged cycle writes nothing).
     pub only_drifted: bool,
+    /// Objects of `apply` this process applied before exactly as they are now
+    /// ([`Plan::skip_unchanged`]): after a new revision, only the objects it changed are sent,
+    /// and these only when their live copy drifted.
+    pub unchanged: BTreeSet<InventoryEntry>,
+    /// The digest of each object of `apply` as sent, remembered once the set is applied.
+    pub digests: Option<Arc<Digests>>,
     /// The objects to delete (they left Git), dependents first.
     pub prune: Vec<InventoryEntry>,
     /// The inventory to record before anything is applied, when the set holds objects the
@@ -99,6 +107,8 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         applied,
         apply: None,
         only_drifted: false,
+        unchanged: BTreeSet::new(),
+        digests: None,
         prune: Vec::new(),
         intent: None,
         fetched_revision: None,
@@ -116,6 +126,8 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
             applied: None,
             apply: None,
             only_drifted: false,
+            unchanged: BTreeSet::new(),
+            digests: None,
             prune: Vec::new(),
             intent: None,
             fetched_revision: None,
@@ -171,6 +183,7 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 .collect();
             let inventory = inventory_of(&objects);
             let digest = server_side::digest(&objects);
+            let digests = Some(Arc::new(digests_of(&objects)));
             let unchanged = status.last_applied_revision.as_deref() == Some(revision.as_str())
                 && status.last_applied_digest.as_deref() == Some(digest.as_str());
             let prune = if repo.spec.prune {
@@ -192,6 +205,8 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 applied: Some(Verdict::new(true, REASON_SUCCEEDED, message)),
                 apply: Some(objects),
                 only_drifted: unchanged,
+                unchanged: BTreeSet::new(),
+                digests,
                 prune,
                 intent,
                 fetched_revision: Some(revision.clone()),
@@ -278,10 +293,23 @@ impl Plan {
         self.failed(REASON_PRUNE_FAILED, message, class)
     }
 
+    /// The plan sending, after a new revision, only what changed since `before` (what this
+    /// process applied last for the registration): the objects whose content is the same are
+    /// marked [`Plan::unchanged`], read back and sent only when their live copy drifted. An
+    /// unchanged revision already sends only what drifted; without `before` everything is sent.
+    pub fn skip_unchanged(mut self, before: Option<&Digests>) -> Plan {
+        if let (Some(before), Some(objects), false) = (before, &self.apply, self.only_drifted) {
+            self.unchanged = unchanged(objects, before);
+        }
+        self
+    }
+
     fn failed(mut self, reason: &str, message: String, class: Class) -> Plan {
         self.applied = Some(Verdict::new(false, reason, &message));
         self.apply = None;
         self.only_drifted = false;
+        self.unchanged = BTreeSet::new();
+        self.digests = None;
         self.prune = Vec::new();
         self.intent = None;
         // The plan's own requeue is the interval (with its jitter): a stalled or waiting apply
