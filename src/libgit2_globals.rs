@@ -167,7 +167,12 @@ mod stream {
 
     /// Connects to `host:port` as libgit2's socket does (each resolved address in turn, a timeout
     /// ending the attempt, keepalive probes after a minute idle), with `TCP_NODELAY`.
-    fn open(host: &str, port: &str, connect_timeout: Option<Duration>, io_timeout: Option<Duration>) -> io::Result<Socket> {
+    fn open(
+        host: &str,
+        port: &str,
+        connect_timeout: Option<Duration>,
+        io_timeout: Option<Duration>,
+    ) -> io::Result<Socket> {
         let port: u16 = port.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "invalid port"))?;
         let mut failed = None;
         for address in (host, port).to_socket_addrs()? {
@@ -295,7 +300,9 @@ mod stream {
         let mut left = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
         while !left.is_empty() {
             match socket.send(left) {
-                Ok(0) => return failed("could not write to socket", &io::Error::from(io::ErrorKind::WriteZero)) as isize,
+                Ok(0) => {
+                    return failed("could not write to socket", &io::Error::from(io::ErrorKind::WriteZero)) as isize;
+                }
                 Ok(sent) => left = &left[sent..],
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(error) => return failed("could not write to socket", &error) as isize,

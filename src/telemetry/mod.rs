@@ -68,6 +68,11 @@ where
     // Colour codes only for a person at a terminal: in a file or a container's log they would
     // split `key=value` fields and defeat grep and log collectors.
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
+    let builder = if std::env::var_os("PROFILE_SPANS").is_some() {
+        builder.with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+    } else {
+        builder.with_span_events(tracing_subscriber::fmt::format::FmtSpan::NONE)
+    };
     Ok(match format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => {

@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -252,6 +253,12 @@ fn serve(listener: std::net::TcpListener, acceptor: Option<TlsAcceptor>, app: Ro
         let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
         match acceptor {
             None => {
+                // TCP_NODELAY, as the web servers in front of real Git hosts set it (nginx's
+                // `tcp_nodelay on`): else a response's second write waits for the client's
+                // delayed acknowledgement of its first, 40 ms a request.
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 tokio::select! {
                     _ = async { axum::serve(listener, app).await } => {}
                     _ = stopped => {}
@@ -551,6 +558,7 @@ impl TlsListener {
         tokio::spawn(async move {
             loop {
                 let Ok((tcp, peer)) = listener.accept().await else { continue };
+                let _ = tcp.set_nodelay(true); // as the plain listener (see `serve`)
                 let acceptor = acceptor.clone();
                 let sender = sender.clone();
                 tokio::spawn(async move {

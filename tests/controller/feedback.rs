@@ -18,7 +18,7 @@ fn listed_store() -> (Feedback, store::Writer<SyncStatus>) {
     let (store, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Init);
     writer.apply_watcher_event(&watcher::Event::InitDone);
-    (Feedback { store }, writer)
+    (Feedback::new(store), writer)
 }
 
 async fn reconcile_with_feedback(fixture: &Fixture, feedback: Feedback) -> Action {

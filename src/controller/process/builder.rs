@@ -201,7 +201,7 @@ impl Builder {
                 repo_ctx.writer.clone(),
                 settings.namespace.clone(),
             )));
-            repo_ctx = repo_ctx.with_feedback(tenant_repository::feedback::Feedback { store: statuses });
+            repo_ctx = repo_ctx.with_feedback(tenant_repository::feedback::Feedback::new(statuses));
         }
         let apply_metrics = state.clone();
         let readiness_metrics = state.clone();

@@ -14,6 +14,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
@@ -51,6 +53,20 @@ pub struct Feedback {
     /// Every SyncStatus the controller manages (label `app.kubernetes.io/managed-by: cdtarget`,
     /// and the shard selector when sharded).
     pub store: Store<SyncStatus>,
+    /// Whether `store` has listed them, awaited by every reconcile at once. kube-runtime's
+    /// `Store::wait_until_ready` wakes only the last of several tasks waiting on it (one
+    /// oneshot receiver, one waker): on a first pass all reconciles but one waited out the 30 s
+    /// bound. A shared future wakes them all.
+    listed: Shared<BoxFuture<'static, bool>>,
+}
+
+impl Feedback {
+    /// The reconcilers' view of `store`.
+    pub fn new(store: Store<SyncStatus>) -> Self {
+        let listing = store.clone();
+        let listed = async move { listing.wait_until_ready().await.is_ok() }.boxed().shared();
+        Feedback { store, listed }
+    }
 }
 
 /// What [`sync_status`] is computed from.
@@ -202,7 +218,7 @@ pub async fn report(
     recorder: Option<&EventSink>,
     inputs: Inputs<'_>,
 ) -> Result<(), String> {
-    if tokio::time::timeout(STORE_READY, feedback.store.wait_until_ready()).await.is_err() {
+    if tokio::time::timeout(STORE_READY, feedback.listed.clone()).await != Ok(true) {
         return Err("the controller's watch of SyncStatuses has not listed them yet".into());
     }
     let key = ObjectRef::<SyncStatus>::new(&inputs.repo.name_any()).within(&inputs.repo.spec.target_namespace);
@@ -323,6 +339,25 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+
+    #[tokio::test]
+    async fn every_reconcile_waiting_for_the_first_list_goes_on_once_it_is_done() {
+        let (store, mut reflected) = kube::runtime::reflector::store::<SyncStatus>();
+        let feedback = Feedback::new(store);
+        let waiters: Vec<_> = (0..5).map(|_| tokio::spawn(feedback.listed.clone())).collect();
+        tokio::task::yield_now().await; // every waiter is parked on the store
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        reflected.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+        reflected.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        // One thread: the woken waiters run while this task yields.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(waiters.iter().all(|w| w.is_finished()), "a waiter was left asleep after the list was done");
+        for waiter in waiters {
+            assert!(waiter.await.unwrap());
+        }
+    }
     use crate::controller::conditions::Health;
     use crate::controller::conditions::Verdict;
     use crate::controller::tenant_repository::status::next_status;
