@@ -530,8 +530,34 @@ async fn contender(
         converge.as_secs_f64(),
         load_average()
     );
+    // The steady state a real cluster reaches: the agents run and KEDA reports every
+    // ScaledObject Ready (the bench does the part of the controllers the control plane lacks),
+    // and cdtarget's CDTargets, which wait for their agents, become Ready. Outside every
+    // measured window.
+    let started = Instant::now();
+    let scaled = agents_run(&client).await?;
+    if let Contender::Cdtarget = who {
+        let wanted = options.tenants * options.targets;
+        let ready = |o: &Observed| o.ready.get("CDTarget").map_or(0, HashSet::len) >= wanted;
+        if !seen.until(CONVERGE_WITHIN, ready, || processes.alive()).await {
+            return Err(format!("{name}: the CDTargets did not all become Ready\n{}", processes.log_tails()));
+        }
+    }
+    println!(
+        "  agents reported running ({scaled} Deployments and ScaledObjects); all Ready {:.1} s later",
+        started.elapsed().as_secs_f64()
+    );
     // The trailing requests of the first pass (statuses, Events) before the quiet window.
-    tokio::task::block_in_place(|| settle(&mut audit, who, &mut NoOp::default()));
+    let mut first_pass = NoOp::default();
+    tokio::task::block_in_place(|| settle(&mut audit, who, &mut first_pass));
+    println!(
+        "  first pass (registration → Ready, trailing writes included): {} requests, {} writes",
+        first_pass.total(),
+        first_pass.writes()
+    );
+    for ((verb, resource), n) in &first_pass.requests {
+        println!("      {verb:<7} {resource:<60} {n:>8}");
+    }
 
     // 2. One no-op interval.
     let mut no_op = NoOp::default();
@@ -629,10 +655,63 @@ async fn contender(
     for (process, mib) in &peaks {
         println!("  peak resident set of {process}: {mib:.1} MiB");
     }
+    if let Some(dir) = env::var_os("PROFILE_LOGS") {
+        for (n, l) in processes.logs() {
+            let _ = fs::copy(&l, Path::new(&dir).join(format!("{name}-{n}.log")));
+        }
+    }
     processes.stop();
     seen.stop();
     drop(cluster);
     Ok(Figures { name, converge, peaks, sampled_sum_mib, no_op, pushes, failed_pushes })
+}
+
+/// Does the part of kube-controller-manager's Deployment controller (not run by the test
+/// suite's control plane) and of KEDA's operator (not installed): every Deployment in a tenant
+/// namespace has observed its generation with its `minReplicaCount` (1) agent available, every
+/// ScaledObject is `Ready`; status subresources, as the admin. How many objects were patched.
+async fn agents_run(client: &Client) -> Result<usize, String> {
+    let ready = serde_json::json!({"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "ScaledObjectReady", "message": "the bench does KEDA's part"},
+    ]}});
+    let mut patches: Vec<futures::future::BoxFuture<'static, Result<(), String>>> = Vec::new();
+    let deployments = Api::<Deployment>::all(client.clone()).list(&Default::default()).await;
+    for deployment in deployments.map_err(|e| format!("listing Deployments: {e}"))?.items {
+        let (Some(ns), Some(name)) =
+            (tenant_namespace(deployment.metadata.namespace.as_ref()), deployment.metadata.name)
+        else {
+            continue;
+        };
+        let available = serde_json::json!({"status": {
+            "observedGeneration": deployment.metadata.generation.unwrap_or(1),
+            "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+            "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}],
+        }});
+        let api = Api::<Deployment>::namespaced(client.clone(), &ns);
+        patches.push(Box::pin(async move {
+            let patch = kube::api::Patch::Merge(&available);
+            let done = api.patch_status(&name, &kube::api::PatchParams::default(), &patch).await;
+            done.map(drop).map_err(|e| format!("Deployment {ns}/{name} available: {e}"))
+        }));
+    }
+    let scaled_objects = Api::<ScaledObject>::all(client.clone()).list(&Default::default()).await;
+    for scaled in scaled_objects.map_err(|e| format!("listing ScaledObjects: {e}"))?.items {
+        let (Some(ns), Some(name)) = (tenant_namespace(scaled.metadata.namespace.as_ref()), scaled.metadata.name)
+        else {
+            continue;
+        };
+        let api = Api::<ScaledObject>::namespaced(client.clone(), &ns);
+        let ready = ready.clone();
+        patches.push(Box::pin(async move {
+            let patch = kube::api::Patch::Merge(&ready);
+            let done = api.patch_status(&name, &kube::api::PatchParams::default(), &patch).await;
+            done.map(drop).map_err(|e| format!("ScaledObject {ns}/{name} Ready: {e}"))
+        }));
+    }
+    let patched = patches.len();
+    let done: Vec<Result<(), String>> = futures::stream::iter(patches).buffer_unordered(16).collect().await;
+    done.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(patched)
 }
 
 /// Reads the audit log into `window` until the contender has sent nothing but watches and Lease
@@ -869,6 +948,14 @@ impl Processes {
         }
     }
 
+    fn logs(&self) -> Vec<(String, PathBuf)> {
+        let mut logs: Vec<(String, PathBuf)> = self.flux.iter().map(|(n, _, l)| (n.clone(), l.clone())).collect();
+        if let Some(c) = &self.cdtarget {
+            logs.push(("controller".into(), c.log().to_path_buf()));
+        }
+        logs
+    }
+
     fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.cdtarget.iter().map(Controller::pid).collect();
         pids.extend(self.flux.iter().map(|(_, child, _)| child.id()));
@@ -992,6 +1079,8 @@ struct Observed {
     handled: HashMap<(&'static str, String, String), String>,
     /// `status.webhookPath` of Flux's Receivers, by namespace.
     webhook_paths: HashMap<String, String>,
+    /// (namespace, name) of the objects whose `Ready` condition is `True`, by kind.
+    ready: HashMap<&'static str, HashSet<(String, String)>>,
 }
 
 impl Observed {
@@ -1035,7 +1124,10 @@ impl Seen {
         spawn_metadata::<Service>(client, &seen, "Service");
         spawn_settings(client, &seen);
         let statuses: &[(&str, &str, &str, &str)] = match who {
-            Contender::Cdtarget => &[("cdtarget.io", "v1alpha1", "TenantRepository", "tenantrepositories")],
+            Contender::Cdtarget => &[
+                ("cdtarget.io", "v1alpha1", "TenantRepository", "tenantrepositories"),
+                ("cdtarget.io", "v1alpha1", "CDTarget", "cdtargets"),
+            ],
             Contender::Flux(_) => &[
                 ("source.toolkit.fluxcd.io", "v1", "GitRepository", "gitrepositories"),
                 ("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations"),
@@ -1156,7 +1248,16 @@ fn spawn_status(client: &Client, seen: &Arc<Seen>, group: &str, version: &str, k
             let status = &object.data["status"];
             let handled = status["lastHandledReconcileAt"].as_str().map(str::to_owned);
             let path = status["webhookPath"].as_str().map(str::to_owned);
+            let ready = status["conditions"]
+                .as_array()
+                .is_some_and(|conditions| conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
             seen.changed(|o| {
+                let readies = o.ready.entry(kind).or_default();
+                if ready {
+                    readies.insert((ns.clone(), name.clone()));
+                } else {
+                    readies.remove(&(ns.clone(), name.clone()));
+                }
                 if let Some(handled) = handled {
                     o.handled.insert((kind, ns.clone(), name), handled);
                 }

@@ -11,12 +11,12 @@ use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use axum::serve::ListenerExt as _;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt as _;
 use base64::Engine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
