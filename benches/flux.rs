@@ -52,6 +52,9 @@
 //!    delivery to the changed ConfigMap seen by a watch; p50 and p99;
 //! 6. peak resident memory (`VmHWM`) of the controller process(es), summed for Flux.
 //!
+//! `CDTARGET_BENCH_LOGS=DIR` keeps the controllers' logs there (with `CDTARGET_LOG_SPANS=close`
+//! cdtarget's log times every step of every reconcile).
+//!
 //! Then it prints every figure side by side with the ratio and the goal of issue #16. Nothing is
 //! asserted. Flux's controllers run with their release defaults (`--watch-all-namespaces`,
 //! concurrency as compiled in) and without leader election (outside a pod controller-runtime
@@ -655,9 +658,10 @@ async fn contender(
     for (process, mib) in &peaks {
         println!("  peak resident set of {process}: {mib:.1} MiB");
     }
-    if let Some(dir) = env::var_os("PROFILE_LOGS") {
-        for (n, l) in processes.logs() {
-            let _ = fs::copy(&l, Path::new(&dir).join(format!("{name}-{n}.log")));
+    // The controllers' logs outlive the control plane's directory when asked for.
+    if let Some(dir) = env::var_os("CDTARGET_BENCH_LOGS") {
+        for (process, log) in processes.logs() {
+            let _ = fs::copy(&log, Path::new(&dir).join(format!("{name}-{process}.log")));
         }
     }
     processes.stop();
@@ -948,6 +952,7 @@ impl Processes {
         }
     }
 
+    /// Each process's name and log file.
     fn logs(&self) -> Vec<(String, PathBuf)> {
         let mut logs: Vec<(String, PathBuf)> = self.flux.iter().map(|(n, _, l)| (n.clone(), l.clone())).collect();
         if let Some(c) = &self.cdtarget {

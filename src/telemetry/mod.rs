@@ -68,11 +68,13 @@ where
     // Colour codes only for a person at a terminal: in a file or a container's log they would
     // split `key=value` fields and defeat grep and log collectors.
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
-    let builder = if std::env::var_os("PROFILE_SPANS").is_some() {
-        builder.with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-    } else {
-        builder.with_span_events(tracing_subscriber::fmt::format::FmtSpan::NONE)
+    // `CDTARGET_LOG_SPANS=close`: a line as each step of a reconcile ends, with its busy and
+    // idle time (how docs/performance.md profiles the push path).
+    let spans = match std::env::var("CDTARGET_LOG_SPANS").as_deref() {
+        Ok("close") => tracing_subscriber::fmt::format::FmtSpan::CLOSE,
+        _ => tracing_subscriber::fmt::format::FmtSpan::NONE,
     };
+    let builder = builder.with_span_events(spans);
     Ok(match format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => {

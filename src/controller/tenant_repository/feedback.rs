@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use futures::FutureExt as _;
-use futures::future::{BoxFuture, Shared};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
