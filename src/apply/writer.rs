@@ -140,6 +140,11 @@ pub enum Done {
     },
     /// [`Write::CreateSecret`] found the Secret there already.
     AlreadyExists,
+    /// A [`Write::Child`] was applied.
+    ChildWritten {
+        /// `metadata.resourceVersion` as the API server returned it.
+        resource_version: Option<String>,
+    },
 }
 
 /// A write that did not happen.
@@ -303,11 +308,12 @@ impl Writer {
                 }
                 let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &namespace, &resource);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
-                api.patch(&name, &params, &Patch::Apply(&body))
+                let written = api
+                    .patch(&name, &params, &Patch::Apply(&body))
                     .await
                     .map_err(|source| refused(server_side::APPLYING, &resource.kind, &namespace, &name, source))?;
                 self.record("apply", &resource.kind, &namespace, &name);
-                Ok(Done::Written)
+                Ok(Done::ChildWritten { resource_version: written.metadata.resource_version })
             }
             Write::Status { resource, namespace, name, status } => {
                 let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &namespace, &resource);

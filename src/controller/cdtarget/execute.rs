@@ -9,9 +9,10 @@ use serde_json::Value;
 use super::Error;
 use super::agents;
 use super::children::{self, Conflict, Write as ChildWrite};
+use super::echoes::Echoes;
 use crate::api::CDTarget;
 use crate::apply::server_side::{APPLYING, ApplyError};
-use crate::apply::{Write, WriteError, Writer};
+use crate::apply::{Done, Write, WriteError, Writer};
 use crate::render::Children;
 
 /// What [`write_children`] did.
@@ -32,6 +33,7 @@ pub enum Written {
 #[tracing::instrument(name = "execute", skip_all)]
 pub async fn write_children(
     writer: &Writer,
+    echoes: &Echoes,
     namespace: &str,
     target: &CDTarget,
     children: &Children,
@@ -89,8 +91,14 @@ pub async fn write_children(
         };
         // The agents' status as read no longer describes what the controllers now roll out.
         agents.written |= matches!(resource.kind.as_str(), "Deployment" | "ScaledObject");
+        let name = desired.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let kind = resource.kind.clone();
         let write = Write::Child { resource, namespace: namespace.to_owned(), body: desired, resource_version };
-        writer.execute(write).await.map_err(Error::Apply)?;
+        if let Done::ChildWritten { resource_version: Some(written) } =
+            writer.execute(write).await.map_err(Error::Apply)?
+        {
+            echoes.wrote(&kind, namespace, &name, written);
+        }
     }
     Ok(Written::Children(agents))
 }

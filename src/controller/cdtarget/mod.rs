@@ -14,6 +14,7 @@
 pub mod agents;
 pub mod borrowed;
 pub mod children;
+pub mod echoes;
 pub mod execute;
 pub mod observe;
 pub mod plan;
@@ -94,6 +95,9 @@ pub struct Context {
     pub resync: Duration,
     /// Told the readiness of every status written, for `cdtarget_object_ready`.
     pub readiness: Option<crate::telemetry::ReadinessObserver>,
+    /// The children's versions this process wrote, so that their echo on the watches does not
+    /// reconcile their CDTarget again ([`echoes`]).
+    pub echoes: echoes::Echoes,
 }
 
 impl Context {
@@ -111,6 +115,7 @@ impl Context {
             tenants: Tenants::default(),
             resync: RESYNC,
             readiness: None,
+            echoes: echoes::Echoes::default(),
         }
     }
 
@@ -242,7 +247,7 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
         plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.installed(), &observed.refused, ctx.resync);
 
     let result = match &plan.children {
-        Some(children) => execute::write_children(&ctx.writer, &namespace, &target, children).await,
+        Some(children) => execute::write_children(&ctx.writer, &ctx.echoes, &namespace, &target, children).await,
         None => Ok(Written::Nothing),
     };
     let (applied, requeue) = match &result {

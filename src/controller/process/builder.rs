@@ -10,6 +10,7 @@ use futures::StreamExt;
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
@@ -22,10 +23,11 @@ use super::keda::recheck_keda;
 use super::registrations::Registrations;
 use super::shutdown::{drain, shutdown_future};
 use super::watches::{
-    Sources, cdtargets_referencing_secret, keep_policy, reconcile_worthy, registrations_referencing_secret,
+    Sources, Touched, cdtargets_referencing_secret, keep_policy, reconcile_worthy, registrations_referencing_secret,
 };
 use crate::api::{CDTarget, TenantRepository};
 use crate::apply::Writer;
+use crate::controller::cdtarget::echoes::Echoes;
 use crate::controller::events::EventSink;
 use crate::controller::inputs::{Keda, PolicySource};
 use crate::controller::{cdtarget, tenant_repository};
@@ -261,16 +263,17 @@ impl Builder {
             .applied_objects()
             .predicate_filter(reconcile_worthy, PredicateConfig::default());
         let secrets_store = target_store.clone();
+        let echoes = &target_ctx.echoes;
         let mut targets = Controller::for_stream(targets, target_store)
             .with_config(config)
             .trigger_backoff(EachWatchBacksOff)
-            .owns_stream(sources.deployments)
-            .owns_stream(sources.network_policies);
+            .owns_stream(without_echoes(sources.deployments, echoes))
+            .owns_stream(without_echoes(sources.network_policies, echoes));
         if let Some(scaled_objects) = sources.scaled_objects {
-            targets = targets.owns_stream(scaled_objects);
+            targets = targets.owns_stream(without_echoes(scaled_objects, echoes));
         }
         if let Some(trigger_authentications) = sources.trigger_authentications {
-            targets = targets.owns_stream(trigger_authentications);
+            targets = targets.owns_stream(without_echoes(trigger_authentications, echoes));
         }
         let targets = targets
             .watches_stream(sources.secrets, move |secret| {
@@ -319,6 +322,24 @@ impl Builder {
         }
         Running { repositories, targets, trigger, tasks, receiver }
     }
+}
+
+/// The events of `children` but the echoes of the controller's own writes ([`Echoes`]).
+fn without_echoes<K>(children: Touched<PartialObjectMeta<K>>, echoes: &Echoes) -> Touched<PartialObjectMeta<K>>
+where
+    K: Resource<DynamicType = ()> + Send + 'static,
+{
+    let (kind, echoes) = (K::kind(&()).into_owned(), echoes.clone());
+    children
+        .filter(move |child| {
+            let echo = child.as_ref().is_ok_and(|child| {
+                let namespace = child.metadata.namespace.as_deref().unwrap_or_default();
+                let name = child.metadata.name.as_deref().unwrap_or_default();
+                echoes.is_echo(&kind, namespace, name, child.metadata.resource_version.as_deref())
+            });
+            futures::future::ready(!echo)
+        })
+        .boxed()
 }
 
 /// The back-off of a controller's triggers taken together: none, since every watch backs off on
@@ -399,6 +420,30 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    #[tokio::test]
+    async fn the_echo_of_a_child_the_controller_wrote_triggers_nothing_and_later_changes_do() {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let child = |version: &str| {
+            let mut meta = PartialObjectMeta::<Deployment>::default();
+            meta.metadata = ObjectMeta {
+                name: Some("agents".into()),
+                namespace: Some("team-a".into()),
+                resource_version: Some(version.into()),
+                ..ObjectMeta::default()
+            };
+            Ok(meta)
+        };
+        let echoes = Echoes::default();
+        echoes.wrote("Deployment", "team-a", "agents", "41".into());
+        // The echo of the write, the Deployment controller's status write, someone's edit.
+        let events = futures::stream::iter([child("41"), child("42"), child("43")]).boxed();
+        let versions: Vec<String> = without_echoes(events, &echoes)
+            .map(|child| child.unwrap().metadata.resource_version.unwrap())
+            .collect()
+            .await;
+        assert_eq!(versions, ["42", "43"]);
+    }
 
     #[tokio::test]
     async fn failed_watches_do_not_pause_the_other_triggers_of_their_controller() {
