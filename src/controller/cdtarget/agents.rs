@@ -4,7 +4,13 @@
 //! available (its `Available` condition too, when agents are wanted at all); when KEDA runs, the
 //! ScaledObject must be `Ready` as well, since without it the agents never scale.
 
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
+
+use crate::controller::WAIT_RETRY;
 
 /// Condition reason: fewer agents are available than `minReplicaCount`, or the Deployment has
 /// not observed its current template yet.
@@ -27,6 +33,21 @@ pub struct Observed {
     /// The Deployment or the ScaledObject was written by this reconcile: what was read is
     /// older than what the controllers now work on, so nothing read counts yet.
     pub written: bool,
+}
+
+/// When to look at agents still awaited again, given the CDTarget's conditions as they were
+/// before this reconcile: as long as they have been awaited so far ([`WAIT_RETRY`] at least,
+/// `longest` at most, the resync), so the polls back off 30 s, 30 s, 1 min, 2 min, 4 min...
+/// Their Deployment and ScaledObject are watched, so the poll is only a fallback; polling every
+/// 30 s instead kept a first pass of 10,000 CDTargets, whose agents take minutes to come, at
+/// eleven reconciles each (the Flux bench, docs/performance.md).
+pub fn waiting_requeue(conditions: &[Condition], now: Timestamp, longest: Duration) -> Duration {
+    let waiting_since = conditions
+        .iter()
+        .find(|c| c.type_ == crate::controller::conditions::READY && c.status != "True")
+        .map(|c| c.last_transition_time.0);
+    let waited = waiting_since.and_then(|since| Duration::try_from(now.duration_since(since)).ok()).unwrap_or_default();
+    waited.clamp(WAIT_RETRY, longest.max(WAIT_RETRY))
 }
 
 /// How the agents are.
@@ -143,6 +164,31 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn ready(status: &str, since: &str) -> Vec<Condition> {
+        vec![Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: "AgentsNotAvailable".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(since.parse().unwrap()),
+        }]
+    }
+
+    #[test]
+    fn the_fallback_poll_for_awaited_agents_backs_off_with_the_wait_up_to_the_resync() {
+        let now: Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
+        let resync = Duration::from_secs(600);
+        // Just started waiting (or Ready before this reconcile): the shortest poll.
+        assert_eq!(waiting_requeue(&[], now, resync), WAIT_RETRY);
+        assert_eq!(waiting_requeue(&ready("True", "2026-11-24T11:00:00Z"), now, resync), WAIT_RETRY);
+        assert_eq!(waiting_requeue(&ready("False", "2026-11-24T11:59:50Z"), now, resync), WAIT_RETRY);
+        // Waiting for two minutes: the next look in two minutes.
+        assert_eq!(waiting_requeue(&ready("False", "2026-11-24T11:58:00Z"), now, resync), Duration::from_secs(120));
+        // Waiting for an hour: never rarer than the resync.
+        assert_eq!(waiting_requeue(&ready("Unknown", "2026-11-24T11:00:00Z"), now, resync), resync);
+    }
 
     fn deployment(generation: i64, observed: Option<i64>, available: i64, available_condition: &str) -> Value {
         json!({

@@ -271,9 +271,11 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
                 }
                 // A change of the Deployment or ScaledObject (their status too) is watched and
                 // reconciles at once; the requeue is the fallback (KEDA installed after start-up
-                // has no ScaledObject watch).
+                // has no ScaledObject watch), backing off while the wait lasts.
                 agents::Agents::Waiting { reason, message } => {
-                    (Health::Progressing { reason: reason.to_owned(), message }, requeue.min(WAIT_RETRY))
+                    let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+                    let poll = agents::waiting_requeue(previous, Timestamp::now(), requeue);
+                    (Health::Progressing { reason: reason.to_owned(), message }, poll)
                 }
                 agents::Agents::Failed(message) => {
                     (Health::Stalled { reason: REASON_ROLLOUT_FAILED.into(), message }, requeue)
