@@ -36,8 +36,8 @@ pub struct Observed {
 }
 
 /// When to look at agents still awaited again, given the CDTarget's conditions as they were
-/// before this reconcile: as long as they have been awaited so far ([`WAIT_RETRY`] at least,
-/// `longest` at most, the resync), so the polls back off 30 s, 30 s, 1 min, 2 min, 4 min...
+/// before this reconcile: as long as they have been awaited so far, at least [`WAIT_RETRY`], never
+/// longer than `longest` (the resync), so the polls back off 30 s, 30 s, 1 min, 2 min, 4 min...
 /// Their Deployment and ScaledObject are watched, so the poll is only a fallback; polling every
 /// 30 s instead kept a first pass of 10,000 CDTargets, whose agents take minutes to come, at
 /// eleven reconciles each (the Flux bench, docs/performance.md).
@@ -47,7 +47,8 @@ pub fn waiting_requeue(conditions: &[Condition], now: Timestamp, longest: Durati
         .find(|c| c.type_ == crate::controller::conditions::READY && c.status != "True")
         .map(|c| c.last_transition_time.0);
     let waited = waiting_since.and_then(|since| Duration::try_from(now.duration_since(since)).ok()).unwrap_or_default();
-    waited.clamp(WAIT_RETRY, longest.max(WAIT_RETRY))
+    // Never rarer than the resync, which may be shorter than the first back-off step.
+    waited.max(WAIT_RETRY).min(longest)
 }
 
 /// How the agents are.
@@ -188,6 +189,9 @@ mod tests {
         assert_eq!(waiting_requeue(&ready("False", "2026-11-24T11:58:00Z"), now, resync), Duration::from_secs(120));
         // Waiting for an hour: never rarer than the resync.
         assert_eq!(waiting_requeue(&ready("Unknown", "2026-11-24T11:00:00Z"), now, resync), resync);
+        // A resync shorter than the first step (`--cdtarget-resync-interval 2s`) is kept.
+        let short = Duration::from_secs(2);
+        assert_eq!(waiting_requeue(&ready("False", "2026-11-24T11:58:00Z"), now, short), short);
     }
 
     fn deployment(generation: i64, observed: Option<i64>, available: i64, available_condition: &str) -> Value {
