@@ -425,14 +425,13 @@ mod tests {
     async fn the_echo_of_a_child_the_controller_wrote_triggers_nothing_and_later_changes_do() {
         use k8s_openapi::api::apps::v1::Deployment;
         let child = |version: &str| {
-            let mut meta = PartialObjectMeta::<Deployment>::default();
-            meta.metadata = ObjectMeta {
+            let metadata = ObjectMeta {
                 name: Some("agents".into()),
                 namespace: Some("team-a".into()),
                 resource_version: Some(version.into()),
                 ..ObjectMeta::default()
             };
-            Ok(meta)
+            Ok(PartialObjectMeta::<Deployment> { metadata, ..Default::default() })
         };
         let echoes = Echoes::default();
         echoes.wrote("Deployment", "team-a", "agents", "41".into());
