@@ -43,6 +43,9 @@
 //! asserts on time; it prints the figures, the goals, and the ratios to the fake-server figures of
 //! `benches/controller.rs` where they are the same quantity.
 
+#[path = "support/args.rs"]
+mod args;
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -166,12 +169,7 @@ impl Options {
 }
 
 fn number(text: &str) -> usize {
-    text.trim()
-        .replace('_', "")
-        .parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| usage(&format!("`{text}` is not a positive number (write 1000 or 1_000)")))
+    args::positive(text).unwrap_or_else(|why| usage(&why))
 }
 
 fn usage(message: &str) -> ! {

@@ -27,6 +27,9 @@
 //! list made before each phase (standing for the watch cache, and held in memory like one); that
 //! list is not counted. Nothing here asserts on time; it prints the numbers and the goals.
 
+#[path = "support/args.rs"]
+mod args;
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -138,12 +141,7 @@ impl Options {
 }
 
 fn number(text: &str) -> usize {
-    text.trim()
-        .replace('_', "")
-        .parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| usage(&format!("`{text}` is not a positive number (write 1000 or 1_000)")))
+    args::positive(text).unwrap_or_else(|why| usage(&why))
 }
 
 fn usage(message: &str) -> ! {

@@ -62,6 +62,9 @@
 //! each with a token of a ServiceAccount bound to `cluster-admin`, which is what Flux's install
 //! gives kustomize-controller (`cluster-reconciler`).
 
+#[path = "support/args.rs"]
+mod args;
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -188,12 +191,7 @@ impl Options {
 }
 
 fn number(text: &str) -> usize {
-    text.trim()
-        .replace('_', "")
-        .parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| usage(&format!("`{text}` is not a positive number (write 1000 or 1_000)")))
+    args::positive(text).unwrap_or_else(|why| usage(&why))
 }
 
 fn usage(message: &str) -> ! {

@@ -15,6 +15,9 @@
 //! benchmark and from the other contenders. Nothing here asserts on time; it prints the numbers
 //! and the ratios.
 
+#[path = "support/args.rs"]
+mod args;
+
 #[path = "support/reap.rs"]
 mod reap;
 
@@ -113,12 +116,7 @@ impl Options {
 }
 
 fn number(text: &str) -> usize {
-    text.trim()
-        .replace('_', "")
-        .parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| usage(&format!("`{text}` is not a positive number (write 10000 or 10_000)")))
+    args::positive(text).unwrap_or_else(|why| usage(&why))
 }
 
 fn list(text: &str) -> Vec<usize> {

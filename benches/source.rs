@@ -24,6 +24,9 @@
 //! reported apart, from this process's `RUSAGE_CHILDREN` once the daemons of a run have exited.
 //! Nothing here asserts on time; it prints the numbers, the ratios and the goals.
 
+#[path = "support/args.rs"]
+mod args;
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -139,12 +142,7 @@ impl Options {
 }
 
 fn number(text: &str) -> usize {
-    text.trim()
-        .replace('_', "")
-        .parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| usage(&format!("`{text}` is not a positive number")))
+    args::positive(text).unwrap_or_else(|why| usage(&why))
 }
 
 fn usage(message: &str) -> ! {

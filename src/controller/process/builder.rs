@@ -228,9 +228,14 @@ impl Builder {
         // the platform namespace or the policy changes, and when the receiver fires.
         let (trigger, triggered) = webhook::Trigger::new();
         let store = registrations.store();
+        let applied = repo_ctx.applied.clone();
         let changed = registrations
             .subscribe()
-            .filter_map(|event| {
+            .filter_map(move |event| {
+                // A deleted registration's applied objects need no remembering.
+                if let watcher::Event::Delete(repo) = &event {
+                    applied.forget(&format!("{}/{}", repo.namespace().unwrap_or_default(), repo.name_any()));
+                }
                 futures::future::ready(match event {
                     watcher::Event::Apply(repo) | watcher::Event::InitApply(repo) => Some(Ok(repo)),
                     _ => None,

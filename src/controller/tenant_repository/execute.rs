@@ -54,29 +54,15 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, mut plan: Plan) -
         return (plan, executed);
     }
     let user = service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
-    if plan.only_drifted
-        && let Some(objects) = plan.apply.take()
-    {
-        match writer.drifted(&user, objects).await {
-            Ok(drifted) => {
-                executed.repaired = drifted.iter().filter_map(entry_of).collect();
-                plan.apply = (!drifted.is_empty()).then_some(drifted);
-            }
-            Err(e) => {
-                plan.intent = None;
-                executed.failure = Some(e);
-                return (plan, executed);
-            }
-        }
-    }
-    // After a new revision, the objects it did not change are read back while the changed ones
-    // are dry-run: a push waits for one round trip, and only what changed or drifted is sent.
+    // What was sent before exactly as it is now (the whole set of an unchanged revision, or what a
+    // new one did not change) is read back while the rest is dry-run: a push waits for one round
+    // trip, and only what changed or drifted is sent.
     let mut checked_already = None;
-    if !plan.unchanged.is_empty()
+    if (plan.only_drifted || !plan.unchanged.is_empty())
         && let Some(objects) = plan.apply.take()
     {
-        let unchanged = std::mem::take(&mut plan.unchanged);
-        let is_unchanged = |object: &Value| entry_of(object).is_some_and(|entry| unchanged.contains(&entry));
+        let (all, unchanged) = (plan.only_drifted, std::mem::take(&mut plan.unchanged));
+        let is_unchanged = |object: &Value| all || entry_of(object).is_some_and(|entry| unchanged.contains(&entry));
         let (same, changed): (Vec<Value>, Vec<Value>) = objects.iter().cloned().partition(is_unchanged);
         let (drifted, dry_run) = futures::join!(writer.drifted(&user, same), writer.dry_run(&user, &changed));
         let drifted = match drifted {
@@ -89,10 +75,11 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, mut plan: Plan) -
         };
         executed.repaired = drifted.iter().filter_map(entry_of).collect();
         let repaired: BTreeSet<&InventoryEntry> = executed.repaired.iter().collect();
-        // In the set's order: what changed, and what drifted.
+        // In the set's order: what changed, and what drifted (an object without an identity is
+        // always sent: the apply refuses it, located).
         let send: Vec<Value> = objects
             .into_iter()
-            .filter(|object| !is_unchanged(object) || entry_of(object).is_some_and(|e| repaired.contains(&e)))
+            .filter(|object| !is_unchanged(object) || entry_of(object).is_none_or(|e| repaired.contains(&e)))
             .collect();
         // A drifted object was not in that dry run: then everything sent is dry-run together.
         if drifted.is_empty() {

@@ -282,9 +282,7 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
 async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
     let name = repo.name_any();
     let secrets = SecretReads::new(ctx.writer.client(), &namespace);
-    let key = format!("{namespace}/{name}");
     if let Some(deletion) = gitlab_step::deletion_of(&repo) {
-        ctx.applied.forget(&key);
         return Ok(gitlab_step::finalize(&repo, &namespace, ctx.gitlab_inputs(&secrets), deletion).await?);
     }
     // Finalizer and key pair Secret: a failure here is reported by the sync step below (the
@@ -296,6 +294,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         tracing::Span::current().record("revision", revision);
     }
     let webhook = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
+    let key = format!("{namespace}/{name}");
     let plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
     // All or nothing: what is to be sent is server-side dry-run as the tenant before anything
     // is written; a refusal leaves no intent, no apply and no prune (the plan says so).
