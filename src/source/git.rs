@@ -371,7 +371,8 @@ fn fetch_into(
     let watch = Watch::new(request, remote_url, limits);
     let mut remote = repo.remote_anonymous(&request.url).map_err(|e| watch.failure(&e, "reading the URL of"))?;
 
-    let wanted = match &request.reference {
+    // The commit asked for by its SHA; a ref's is known once fetched.
+    let asked = match &request.reference {
         Reference::Commit(sha) => {
             let oid = Oid::from_str(sha).map_err(|_| {
                 SourceError::new(
@@ -382,18 +383,17 @@ fn fetch_into(
             if let Some(snapshot) = existing_snapshot(cache, oid) {
                 return Ok(Fetched::Unchanged(snapshot));
             }
-            oid
+            download(&mut remote, &watch, request, remote_url, progress)?;
+            Some(oid)
         }
         reference => {
-            // One round trip: where does the ref point now?
-            let advertised = {
-                let connection = remote
-                    .connect_auth(Direction::Fetch, Some(watch.callbacks(None)), Some(proxy()))
-                    .map_err(|e| watch.failure(&e, "connecting to"))?;
-                let heads = connection.list().map_err(|e| watch.failure(&e, "listing refs of"))?;
-                find_ref(heads, reference)
-            };
-            let oid = advertised.ok_or_else(|| {
+            // One round trip: where does the ref point now? The same connection then carries the
+            // fetch, so that a smart-HTTP server is not asked for the ref advertisement twice.
+            let mut connection = remote
+                .connect_auth(Direction::Fetch, Some(watch.callbacks(None)), Some(proxy()))
+                .map_err(|e| watch.failure(&e, "connecting to"))?;
+            let heads = connection.list().map_err(|e| watch.failure(&e, "listing refs of"))?;
+            let oid = find_ref(heads, reference).ok_or_else(|| {
                 SourceError::new(
                     FailureKind::RefNotFound,
                     format!("{} does not exist on {}", reference, remote_url.display()),
@@ -402,36 +402,14 @@ fn fetch_into(
             if let Some(snapshot) = existing_snapshot(cache, oid) {
                 return Ok(Fetched::Unchanged(snapshot));
             }
-            oid
+            download(connection.remote(), &watch, request, remote_url, progress)?;
+            None
         }
     };
 
-    let shallow = remote_url.scheme != "file";
-    let refspecs = match &request.reference {
-        Reference::Branch(name) => vec![format!("+refs/heads/{name}:{FETCHED_REF}")],
-        Reference::Tag(name) => vec![format!("+refs/tags/{name}:{FETCHED_REF}")],
-        Reference::Commit(sha) => vec![format!("+{sha}:{FETCHED_REF}")],
-    };
-    let mut progress = progress;
-    let progress = progress.as_mut().map(|p| &mut **p as &mut dyn FnMut(&Progress));
-    let mut options = fetch_options(&watch, progress, shallow);
-    let fetched = remote.fetch(&refspecs, Some(&mut options), None);
-    let fetched = match (fetched, &request.reference) {
-        // Servers that refuse unadvertised objects: fetch every branch and tag and look the commit up.
-        (Err(_), Reference::Commit(_))
-            if !watch.timed_out.get() && !watch.too_large.get() && watch.redirected_to.borrow().is_none() =>
-        {
-            let all = ["+refs/heads/*:refs/cdtarget/heads/*", "+refs/tags/*:refs/cdtarget/tags/*"];
-            let mut options = fetch_options(&watch, None, false);
-            remote.fetch(&all, Some(&mut options), None)
-        }
-        (result, _) => result,
-    };
-    fetched.map_err(|e| watch.failure(&e, "fetching from"))?;
-
-    let commit_id = match &request.reference {
-        Reference::Commit(_) => wanted,
-        _ => repo
+    let commit_id = match asked {
+        Some(oid) => oid,
+        None => repo
             .find_reference(FETCHED_REF)
             .and_then(|r| r.peel_to_commit())
             .map(|c| c.id())
@@ -445,6 +423,39 @@ fn fetch_into(
     })?;
     let snapshot = write_snapshot(repo, cache, &commit, limits)?;
     Ok(Fetched::Updated(snapshot))
+}
+
+/// Fetches the commit `request` names into [`FETCHED_REF`] through `remote`, which may already be
+/// connected (libgit2 then sends only the negotiation and the pack request).
+fn download(
+    remote: &mut git2::Remote<'_>,
+    watch: &Watch<'_>,
+    request: &Request,
+    remote_url: &RemoteUrl,
+    progress: Option<&mut dyn FnMut(&Progress)>,
+) -> Result<(), SourceError> {
+    let shallow = remote_url.scheme != "file";
+    let refspecs = match &request.reference {
+        Reference::Branch(name) => vec![format!("+refs/heads/{name}:{FETCHED_REF}")],
+        Reference::Tag(name) => vec![format!("+refs/tags/{name}:{FETCHED_REF}")],
+        Reference::Commit(sha) => vec![format!("+{sha}:{FETCHED_REF}")],
+    };
+    let mut progress = progress;
+    let progress = progress.as_mut().map(|p| &mut **p as &mut dyn FnMut(&Progress));
+    let mut options = fetch_options(watch, progress, shallow);
+    let fetched = remote.fetch(&refspecs, Some(&mut options), None);
+    let fetched = match (fetched, &request.reference) {
+        // Servers that refuse unadvertised objects: fetch every branch and tag and look the commit up.
+        (Err(_), Reference::Commit(_))
+            if !watch.timed_out.get() && !watch.too_large.get() && watch.redirected_to.borrow().is_none() =>
+        {
+            let all = ["+refs/heads/*:refs/cdtarget/heads/*", "+refs/tags/*:refs/cdtarget/tags/*"];
+            let mut options = fetch_options(watch, None, false);
+            remote.fetch(&all, Some(&mut options), None)
+        }
+        (result, _) => result,
+    };
+    fetched.map(|_| ()).map_err(|e| watch.failure(&e, "fetching from"))
 }
 
 fn fetch_options<'b>(

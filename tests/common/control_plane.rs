@@ -544,6 +544,9 @@ impl ControlPlane {
             // Synchronous: a request's event is in the file when its response has been sent.
             "--audit-log-mode=blocking".into(),
             "--audit-log-maxbackup=0".into(),
+            // 0: one file that is never rotated (the default rotates at 100 MB, and a reader
+            // holding an offset into the old file would miss everything after it).
+            "--audit-log-maxsize=0".into(),
             "--profiling=false".into(),
         ];
         if !options.admission_plugins.is_empty() {

@@ -64,6 +64,25 @@ fn http_clone_with_token_and_noop_refetch_asks_only_for_refs() {
 }
 
 #[test]
+fn http_fetch_of_a_new_commit_asks_for_the_refs_once() {
+    let upstream = Upstream::new();
+    let repo = upstream.create("tenant.git");
+    repo.commit_and_push(&[("settings.yaml", CONFIG_MAP)], "first");
+    let http = HttpGit::start(&upstream.root());
+    let cache = common::test_dir();
+    let request = request(&http.url("tenant.git"), Credentials::None);
+    fetch_updated(cache.path(), &request);
+
+    let sha = repo.commit_and_push(&[("settings.yaml", "# changed\n")], "second");
+    http.reset_counts();
+    assert_eq!(fetch_updated(cache.path(), &request).revision, sha);
+    // The connection that listed the refs carries the fetch: one advertisement, then the two
+    // POSTs of a shallow fetch over stateless HTTP (the deepen answer, then the pack).
+    let counts = http.counts();
+    assert_eq!((counts.info_refs, counts.upload_pack, counts.total), (1, 2, 3), "{counts:?}");
+}
+
+#[test]
 fn git_daemon_clone_noop_refetch_and_new_commit() {
     let (upstream, repo) = super::tenant_repo();
     let daemon = GitDaemon::start(&upstream.root());
