@@ -513,6 +513,7 @@ async fn contender(
     let memory = processes.sample_memory();
 
     // 1. Registration → all applied.
+    let cpu_before = [cpu_seconds(apiserver), cpu_seconds(etcd), processes.cpu_seconds()];
     let started = Instant::now();
     register(&cluster, who, git, options.tenants);
     println!(
@@ -526,10 +527,14 @@ async fn contender(
     if !applied {
         return Err(format!("{name}: not all applied: {}\n{}", expected.describe(&seen), processes.log_tails()));
     }
+    // Who was busy: a contender bound by the API server leaves its own process mostly idle.
     println!(
-        "  every object applied {:.1} s after registration; load average {}",
+        "  every object applied {:.1} s after registration; load average {}; CPU meanwhile: controller(s) {:.1} s, kube-apiserver {:.1} s, etcd {:.1} s",
         converge.as_secs_f64(),
-        load_average()
+        load_average(),
+        processes.cpu_seconds() - cpu_before[2],
+        cpu_seconds(apiserver) - cpu_before[0],
+        cpu_seconds(etcd) - cpu_before[1],
     );
     // The steady state a real cluster reaches: the agents run and KEDA reports every
     // ScaledObject Ready (the bench does the part of the controllers the control plane lacks),

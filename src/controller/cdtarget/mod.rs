@@ -38,7 +38,7 @@ use crate::error::{Class, Classify, Schedule};
 pub use crate::controller::inputs::Keda;
 pub use agents::{REASON_AGENTS_NOT_AVAILABLE, REASON_ROLLOUT_FAILED, REASON_SCALED_OBJECT_NOT_READY};
 pub use execute::Written;
-pub use observe::{REGISTRATIONS_TTL, Tenants};
+pub use observe::{REGISTRATIONS_TTL, REVIEW_TTL, Tenants};
 pub use plan::{Plan, SecretsRead, plan};
 pub use status::next_status;
 

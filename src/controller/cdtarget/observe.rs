@@ -2,7 +2,7 @@
 //! the CDTarget references, who the namespace's tenant is, and what that tenant may read (asked
 //! of the API server with SubjectAccessReviews). Reads only; the decision is [`super::plan`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,7 @@ pub async fn observe(target: &CDTarget, namespace: &str, ctx: &Context) -> Resul
     let references = borrowed::references(target);
     let secrets = read_secrets(client, namespace, &references).await?;
     let identities = ctx.tenants.of(client, &ctx.platform_namespace, namespace).await?;
-    let answers = ask(client, &borrowed::questions(&references, &identities)).await?;
+    let answers = ctx.tenants.ask(client, &borrowed::questions(&references, &identities)).await?;
     let refused = borrowed::refusals(namespace, &references, &secrets, &identities, &answers);
     let secrets =
         secrets.into_iter().map(|(name, secret)| (name, secret.map(|s| s.data.unwrap_or_default()))).collect();
@@ -68,24 +68,6 @@ async fn read_secrets(
     Ok(secrets)
 }
 
-/// Asks the API server every question with a `SubjectAccessReview` (a question, not a write).
-async fn ask(client: &Client, questions: &[borrowed::Question]) -> Result<borrowed::Answers, Error> {
-    let api: Api<SubjectAccessReview> = Api::all(client.clone());
-    let mut answers = borrowed::Answers::new();
-    for question in questions {
-        let answer =
-            api.create(&PostParams::default(), &borrowed::access_review(question)).await.map_err(|source| {
-                Error::Review {
-                    user: question.identity.user(),
-                    object: format!("{} {}/{}", question.resource.kind(), question.identity.namespace, question.name),
-                    source,
-                }
-            })?;
-        answers.insert(question.clone(), borrowed::allowed(&answer));
-    }
-    Ok(answers)
-}
-
 /// The tenant identities of namespaces: the registrations (read at most every
 /// [`REGISTRATIONS_TTL`], shared by every reconcile) and the default ServiceAccount.
 #[derive(Clone, Debug, Default)]
@@ -98,7 +80,27 @@ pub struct Tenants {
     /// Held while a list is under way, so that the reconciles that find it stale wait for one
     /// list instead of each sending their own.
     registrations: Arc<tokio::sync::Mutex<Option<Listed>>>,
+    /// The answers of the SubjectAccessReviews asked within [`REVIEW_TTL`].
+    reviews: Arc<std::sync::Mutex<HashMap<borrowed::Question, Arc<Review>>>>,
 }
+
+/// One SubjectAccessReview: when it was asked, and its answer once the API server gave it
+/// (reconciles asking meanwhile wait for that answer instead of asking again).
+#[derive(Debug)]
+struct Review {
+    asked: Instant,
+    allowed: tokio::sync::OnceCell<bool>,
+}
+
+/// How long an answer of the API server to a SubjectAccessReview serves every reconcile asking
+/// the same question: the ten CDTargets of a tenant that reconcile together ask once. A change of
+/// the tenant's RBAC is not watched at all (it shows at the next reconcile), so this adds at
+/// most these seconds to it.
+pub const REVIEW_TTL: Duration = Duration::from_secs(10);
+
+/// Answers remembered at most (then the expired ones, or all, are forgotten): bounds memory
+/// whatever the tenants reference.
+const REVIEWS_REMEMBERED: usize = 100_000;
 
 /// What the registrations said, as listed, and when.
 type Listed = (Instant, Arc<Vec<borrowed::Registered>>);
@@ -125,6 +127,47 @@ impl Tenants {
     async fn of(&self, client: &Client, platform: &str, namespace: &str) -> Result<Vec<borrowed::Identity>, Error> {
         let registrations = self.registrations(client, platform).await?;
         Ok(borrowed::tenant_identities(namespace, registrations.iter(), self.default_service_account.as_deref()))
+    }
+
+    /// Asks the API server every question with a `SubjectAccessReview` (a question, not a
+    /// write), or takes the answer given within [`REVIEW_TTL`]. A failed review is not remembered.
+    async fn ask(&self, client: &Client, questions: &[borrowed::Question]) -> Result<borrowed::Answers, Error> {
+        let api: Api<SubjectAccessReview> = Api::all(client.clone());
+        let mut answers = borrowed::Answers::new();
+        for question in questions {
+            let review = self.review(question);
+            let allowed = review
+                .allowed
+                .get_or_try_init(|| async {
+                    let answer = api.create(&PostParams::default(), &borrowed::access_review(question)).await?;
+                    Ok::<_, kube::Error>(borrowed::allowed(&answer))
+                })
+                .await
+                .map_err(|source| Error::Review {
+                    user: question.identity.user(),
+                    object: format!("{} {}/{}", question.resource.kind(), question.identity.namespace, question.name),
+                    source,
+                })?;
+            answers.insert(question.clone(), *allowed);
+        }
+        Ok(answers)
+    }
+
+    /// The review of `question` asked within [`REVIEW_TTL`], or a new one to ask.
+    fn review(&self, question: &borrowed::Question) -> Arc<Review> {
+        let mut reviews = self.reviews.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(review) = reviews.get(question).filter(|review| review.asked.elapsed() < REVIEW_TTL) {
+            return review.clone();
+        }
+        if reviews.len() >= REVIEWS_REMEMBERED {
+            reviews.retain(|_, review| review.asked.elapsed() < REVIEW_TTL);
+            if reviews.len() >= REVIEWS_REMEMBERED {
+                reviews.clear();
+            }
+        }
+        let review = Arc::new(Review { asked: Instant::now(), allowed: tokio::sync::OnceCell::new() });
+        reviews.insert(question.clone(), review.clone());
+        review
     }
 
     async fn registrations(&self, client: &Client, platform: &str) -> Result<Arc<Vec<borrowed::Registered>>, Error> {
@@ -185,6 +228,72 @@ mod tests {
             }
         });
         Client::new(service, "default")
+    }
+
+    /// A client whose API server answers every SubjectAccessReview with `allowed`, after a
+    /// yield (so that concurrent reconciles overlap), except that the first `failing` requests get
+    /// a 500; records the request URIs.
+    fn review_server(requests: Arc<Mutex<Vec<String>>>, failing: usize) -> Client {
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let seen = {
+                let mut requests = requests.lock().unwrap();
+                requests.push(request.uri().to_string());
+                requests.len()
+            };
+            async move {
+                tokio::task::yield_now().await;
+                let (status, body) = if seen <= failing {
+                    let failure = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+                    (500, failure)
+                } else {
+                    let answer = serde_json::json!({"apiVersion": "authorization.k8s.io/v1",
+                        "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}});
+                    (201, answer)
+                };
+                let mut response = http::Response::new(kube::client::Body::from(serde_json::to_vec(&body).unwrap()));
+                *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    fn question(namespace: &str, secret: &str) -> borrowed::Question {
+        borrowed::Question {
+            identity: borrowed::Identity { namespace: namespace.into(), name: "deployer".into() },
+            resource: borrowed::Resource::Secret,
+            name: secret.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn reconciles_asking_the_same_question_together_send_one_review() {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let client = review_server(requests.clone(), 0);
+        let tenants = Tenants::default();
+        let same = [question("team-a", "azp-token")];
+        let (a, b, c) =
+            tokio::join!(tenants.ask(&client, &same), tenants.ask(&client, &same), tenants.ask(&client, &same));
+        for answers in [a, b, c] {
+            assert_eq!(answers.unwrap().get(&same[0]), Some(&true));
+        }
+        assert_eq!(requests.lock().unwrap().len(), 1, "one review for the three reconciles");
+        // Another question is asked on its own.
+        tenants.ask(&client, &[question("team-b", "azp-token")]).await.unwrap();
+        assert_eq!(requests.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_review_is_not_remembered() {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let client = review_server(requests.clone(), 1);
+        let tenants = Tenants::default();
+        let asked = [question("team-a", "azp-token")];
+        let failed = tenants.ask(&client, &asked).await.unwrap_err();
+        assert!(failed.to_string().contains("system:serviceaccount:team-a:deployer"), "{failed}");
+        assert_eq!(tenants.ask(&client, &asked).await.unwrap().get(&asked[0]), Some(&true));
+        assert_eq!(requests.lock().unwrap().len(), 2, "asked again after the failure");
     }
 
     #[tokio::test]
