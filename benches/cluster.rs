@@ -45,6 +45,8 @@
 
 #[path = "support/args.rs"]
 mod args;
+#[path = "support/deployment.rs"]
+mod deployment;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -122,8 +124,8 @@ mod fake {
 fn main() {
     let options = Options::parse(&env::args().skip(1).collect::<Vec<_>>());
     // Before any thread exists: the controller process inherits what deploy/ gives it.
-    let deployment_env = deployment_env();
-    set_env(&deployment_env);
+    let deployment_env = deployment::deployment_env();
+    deployment::set_env(&deployment_env);
     if let Err(e) = run(options, &deployment_env) {
         eprintln!("cluster bench: {e}");
         std::process::exit(1);
@@ -175,31 +177,6 @@ fn number(text: &str) -> usize {
 fn usage(message: &str) -> ! {
     eprintln!("cluster bench: {message}\nusage: cargo bench --bench cluster -- [--registrations 1000] [--targets 10]");
     std::process::exit(2)
-}
-
-/// The literal environment variables of the controller container in `deploy/deployment.yaml`
-/// (`HOME` aside: it points at the pod's /tmp volume).
-fn deployment_env() -> Vec<(String, String)> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/deployment.yaml");
-    let text = fs::read_to_string(&path).expect("read deploy/deployment.yaml");
-    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("parse deploy/deployment.yaml");
-    let deployment =
-        documents.iter().find(|d| d["kind"] == "Deployment").expect("a Deployment in deploy/deployment.yaml");
-    let env = deployment.pointer("/spec/template/spec/containers/0/env").and_then(|e| e.as_array());
-    env.into_iter()
-        .flatten()
-        .filter_map(|entry| Some((entry["name"].as_str()?.to_owned(), entry["value"].as_str()?.to_owned())))
-        .filter(|(name, _)| name != "HOME")
-        .collect()
-}
-
-#[allow(unsafe_code)] // `set_var` is unsafe in edition 2024; `[lints]` denies unsafe code, src/ forbids it
-fn set_env(variables: &[(String, String)]) {
-    for (name, value) in variables {
-        // SAFETY: called first thing in `main`, before this process starts any thread, so
-        // nothing reads the environment concurrently.
-        unsafe { env::set_var(name, value) };
-    }
 }
 
 // === the run ===

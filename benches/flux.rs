@@ -64,6 +64,8 @@
 
 #[path = "support/args.rs"]
 mod args;
+#[path = "support/deployment.rs"]
+mod deployment;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -140,6 +142,9 @@ const SETTLE_AT_MOST: Duration = Duration::from_secs(60);
 
 fn main() {
     let options = Options::parse(&env::args().skip(1).collect::<Vec<_>>());
+    // Before any thread exists: cdtarget's process runs with what deploy/ gives it, as Flux's
+    // run as Flux's install runs them.
+    deployment::set_env(&deployment::deployment_env());
     if let Err(e) = run(&options) {
         eprintln!("flux bench: {e}");
         std::process::exit(1);
@@ -252,6 +257,8 @@ fn run(options: &Options) -> Result<(), String> {
         thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
     );
+    let env: Vec<String> = deployment::deployment_env().iter().map(|(name, value)| format!("{name}={value}")).collect();
+    println!("  cdtarget's environment from deploy/deployment.yaml: {}", env.join(" "));
     let bench = "flux bench";
     if find_on_path("kubectl").is_none() {
         let _ = skip_or_fail::<()>(bench, Err(HarnessError::Unavailable("kubectl is not installed".into())));

@@ -7,8 +7,8 @@ use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::labels::SECRETS_DIGEST;
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::{CDTarget, CDTargetStatus};
-use cdtarget::controller::cdtarget::APPLIED;
 use cdtarget::controller::cdtarget::reconcile;
+use cdtarget::controller::cdtarget::{APPLIED, AgentWatches};
 use cdtarget::controller::conditions::{READY, RECONCILING, STALLED, is_true};
 use cdtarget::error::Classify;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -242,6 +242,21 @@ async fn a_child_changed_by_someone_else_is_applied_again() {
     let writes = cluster.writes();
     assert_eq!(writes, ["patch NetworkPolicy team-a/agents"], "only the drifted child is applied");
     assert!(egress_ports(&network_policy(&cluster).await).contains(&443));
+}
+
+#[tokio::test]
+async fn waiting_agents_whose_objects_are_watched_are_not_polled() {
+    let cluster = cluster_with_target(true).await;
+    let watched = |scaled_objects| {
+        let watches = AgentWatches { deployments: true, scaled_objects };
+        Arc::new(Arc::unwrap_or_clone(cluster.context()).with_agent_watches(watches))
+    };
+    // Deployment and ScaledObject watched: their next change reconciles, else the resync.
+    assert_eq!(cluster.reconcile_named(NAME, watched(true)).await, Action::requeue(Duration::from_secs(600)));
+    let ready = condition(&status(&cluster.target().await), READY).clone();
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "AgentsNotAvailable"));
+    // No ScaledObject watch (KEDA installed after start-up): the fallback poll.
+    assert_eq!(cluster.reconcile_named(NAME, watched(false)).await, Action::requeue(Duration::from_secs(30)));
 }
 
 #[tokio::test]

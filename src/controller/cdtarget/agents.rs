@@ -38,9 +38,9 @@ pub struct Observed {
 /// When to look at agents still awaited again, given the CDTarget's conditions as they were
 /// before this reconcile: as long as they have been awaited so far, at least [`WAIT_RETRY`], never
 /// longer than `longest` (the resync), so the polls back off 30 s, 30 s, 1 min, 2 min, 4 min...
-/// Their Deployment and ScaledObject are watched, so the poll is only a fallback; polling every
-/// 30 s instead kept a first pass of 10,000 CDTargets, whose agents take minutes to come, at
-/// eleven reconciles each (the Flux bench, docs/performance.md).
+/// Used only where the Deployment or the ScaledObject is not watched (KEDA installed after
+/// start-up); polling every 30 s instead kept a first pass of 10,000 CDTargets, whose agents take
+/// minutes to come, at eleven reconciles each (the Flux bench, docs/performance.md).
 pub fn waiting_requeue(conditions: &[Condition], now: Timestamp, longest: Duration) -> Duration {
     let waiting_since = conditions
         .iter()

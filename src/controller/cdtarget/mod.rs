@@ -98,6 +98,25 @@ pub struct Context {
     /// The children's versions this process wrote, so that their echo on the watches does not
     /// reconcile their CDTarget again ([`echoes`]).
     pub echoes: echoes::Echoes,
+    /// Which of the agents' objects are watched (none by default).
+    pub agent_watches: AgentWatches,
+}
+
+/// Which of the agents' objects a watch reports every change of (status included), so that a
+/// CDTarget waiting for its agents is reconciled as soon as they change instead of polling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentWatches {
+    /// The Deployments.
+    pub deployments: bool,
+    /// The ScaledObjects (not when KEDA was installed after start-up).
+    pub scaled_objects: bool,
+}
+
+impl AgentWatches {
+    /// Whether a change of every object the agents of `children` are judged by is watched.
+    fn cover(&self, children: &crate::render::Children) -> bool {
+        self.deployments && (children.scaled_object.is_none() || self.scaled_objects)
+    }
 }
 
 impl Context {
@@ -116,7 +135,14 @@ impl Context {
             resync: RESYNC,
             readiness: None,
             echoes: echoes::Echoes::default(),
+            agent_watches: AgentWatches::default(),
         }
+    }
+
+    /// Polls waiting agents only where `watches` do not report their changes.
+    pub fn with_agent_watches(mut self, watches: AgentWatches) -> Self {
+        self.agent_watches = watches;
+        self
     }
 
     /// Tells `observer` the readiness of every status written.
@@ -270,11 +296,16 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
                     (Health::Ready { reason: reason.clone(), message: format!("{agents}; {message}") }, requeue)
                 }
                 // A change of the Deployment or ScaledObject (their status too) is watched and
-                // reconciles at once; the requeue is the fallback (KEDA installed after start-up
-                // has no ScaledObject watch), backing off while the wait lasts.
+                // reconciles at once: then only the resync comes back. Where one is not (KEDA
+                // installed after start-up has no ScaledObject watch) a poll backs off while the
+                // wait lasts.
                 agents::Agents::Waiting { reason, message } => {
-                    let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-                    let poll = agents::waiting_requeue(previous, Timestamp::now(), requeue);
+                    let poll = if ctx.agent_watches.cover(children) {
+                        requeue
+                    } else {
+                        let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+                        agents::waiting_requeue(previous, Timestamp::now(), requeue)
+                    };
                     (Health::Progressing { reason: reason.to_owned(), message }, poll)
                 }
                 agents::Agents::Failed(message) => {

@@ -176,6 +176,10 @@ impl Builder {
             .with_policy(policy)
             .with_writer(writer)
             .with_keda(keda)
+            .with_agent_watches(cdtarget::AgentWatches {
+                deployments: sources.children_watched,
+                scaled_objects: sources.children_watched && sources.scaled_objects.is_some(),
+            })
             .with_tenants(cdtarget::Tenants::new(settings.default_tenant_service_account.clone()))
             .with_resync(settings.cdtarget_resync);
         if let Some(settings) = gitlab {

@@ -54,6 +54,9 @@ pub struct Sources {
     /// The SyncStatuses the controller manages (of its shard); `None`: no SyncStatus is kept and
     /// no tenant Event recorded (end-to-end tests against an API server without watches).
     pub sync_statuses: Option<Events<SyncStatus>>,
+    /// Whether the child streams above are watches of the API server (`false`: given streams
+    /// that never change), so that a change of a child reconciles its CDTarget at once.
+    pub children_watched: bool,
 }
 
 impl Sources {
@@ -88,6 +91,7 @@ impl Sources {
             network_policies: touched(Api::all(client.clone()), children.clone()),
             scaled_objects: keda.then(|| touched(Api::all(client.clone()), children.clone())),
             trigger_authentications: keda.then(|| touched(Api::all(client.clone()), children)),
+            children_watched: true,
         }
     }
 
@@ -107,6 +111,7 @@ impl Sources {
             scaled_objects: None,
             trigger_authentications: None,
             sync_statuses: None,
+            children_watched: false,
         }
     }
 }
