@@ -1,6 +1,6 @@
 //! Measuring the processes of a real-API benchmark, shared by `benches/cluster.rs` (cdtarget
-//! alone) and `benches/flux.rs` (cdtarget and Flux side by side): the audit log read as it grows
-//! (across rotations), CPU seconds and memory of a process from `/proc`, the load average.
+//! alone) and `benches/flux.rs` (cdtarget and Flux side by side): the audit log read as it
+//! grows, CPU seconds and memory of a process from `/proc`, the load average.
 
 use std::fs;
 use std::io::{self, Read as _, Seek as _};
@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use crate::common::control_plane::{AuditEvent, parse_audit_log};
 
-/// Reads the audit log from where it ended when created, a chunk at a time, whole lines only,
-/// across rotations: kube-apiserver renames the log and starts a new one every 100 MB
-/// (lumberjack's default size), which a run of thousands of CDTargets passes several times.
+/// Reads the audit log from where it ended when created, a chunk at a time, whole lines only.
+/// The test control plane never rotates its log (`--audit-log-maxsize=0`). A log that rotates
+/// (kube-apiserver's default renames it every 100 MB) is followed only if it is read at least
+/// once per rotation: the file kept open is read to its end, then the new one, and a file
+/// rotated in between is never seen. That lost most of a 1,000-tenant first pass once, before
+/// the control plane stopped rotating.
 pub struct AuditTail {
     path: PathBuf,
     /// The file being read (kept open: after a rotation it is the renamed one, read to its end).
