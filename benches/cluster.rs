@@ -213,8 +213,7 @@ fn run(options: Options, deployment_env: &[(String, String)]) -> Result<(), Stri
         "  onboarded {registrations} tenants ({objects} objects, one kubectl apply) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let env: Vec<String> = deployment_env.iter().map(|(name, value)| format!("{name}={value}")).collect();
-    println!("  controller environment from deploy/deployment.yaml: {}", env.join(" "));
+    println!("  controller environment from deploy/deployment.yaml: {}", deployment::describe(deployment_env));
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let result = runtime.block_on(measure(&cluster, options));

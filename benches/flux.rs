@@ -144,8 +144,9 @@ fn main() {
     let options = Options::parse(&env::args().skip(1).collect::<Vec<_>>());
     // Before any thread exists: cdtarget's process runs with what deploy/ gives it, as Flux's
     // run as Flux's install runs them.
-    deployment::set_env(&deployment::deployment_env());
-    if let Err(e) = run(&options) {
+    let deployment_env = deployment::deployment_env();
+    deployment::set_env(&deployment_env);
+    if let Err(e) = run(&options, &deployment_env) {
         eprintln!("flux bench: {e}");
         std::process::exit(1);
     }
@@ -247,7 +248,7 @@ impl Flux {
 
 // === the run ===
 
-fn run(options: &Options) -> Result<(), String> {
+fn run(options: &Options, deployment_env: &[(String, String)]) -> Result<(), String> {
     let Options { tenants, targets, pushes, .. } = *options;
     println!(
         "flux bench: {tenants} tenants × {targets} CDTargets' objects, {pushes} pushes, cdtarget and Flux side by side"
@@ -257,8 +258,7 @@ fn run(options: &Options) -> Result<(), String> {
         thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
     );
-    let env: Vec<String> = deployment::deployment_env().iter().map(|(name, value)| format!("{name}={value}")).collect();
-    println!("  cdtarget's environment from deploy/deployment.yaml: {}", env.join(" "));
+    println!("  cdtarget's environment from deploy/deployment.yaml: {}", deployment::describe(deployment_env));
     let bench = "flux bench";
     if find_on_path("kubectl").is_none() {
         let _ = skip_or_fail::<()>(bench, Err(HarnessError::Unavailable("kubectl is not installed".into())));
@@ -418,9 +418,32 @@ struct NoOp {
     requests: BTreeMap<(String, String), u64>,
     git_requests: usize,
     git_bytes: u64,
-    cpu_controllers: f64,
-    cpu_apiserver: f64,
-    cpu_etcd: f64,
+    cpu: Cpu,
+}
+
+/// CPU seconds (`utime + stime`) of the contender's controllers, kube-apiserver and etcd: read
+/// at a point, or spent between two.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    controllers: f64,
+    apiserver: f64,
+    etcd: f64,
+}
+
+impl Cpu {
+    fn now(processes: &Processes, apiserver: u32, etcd: u32) -> Cpu {
+        Cpu { controllers: processes.cpu_seconds(), apiserver: cpu_seconds(apiserver), etcd: cpu_seconds(etcd) }
+    }
+
+    /// What was spent since `before`.
+    fn since(before: Cpu, processes: &Processes, apiserver: u32, etcd: u32) -> Cpu {
+        let now = Cpu::now(processes, apiserver, etcd);
+        Cpu {
+            controllers: now.controllers - before.controllers,
+            apiserver: now.apiserver - before.apiserver,
+            etcd: now.etcd - before.etcd,
+        }
+    }
 }
 
 impl NoOp {
@@ -520,7 +543,7 @@ async fn contender(
     let memory = processes.sample_memory();
 
     // 1. Registration → all applied.
-    let cpu_before = [cpu_seconds(apiserver), cpu_seconds(etcd), processes.cpu_seconds()];
+    let cpu_before = Cpu::now(&processes, apiserver, etcd);
     let started = Instant::now();
     register(&cluster, who, git, options.tenants);
     println!(
@@ -535,13 +558,14 @@ async fn contender(
         return Err(format!("{name}: not all applied: {}\n{}", expected.describe(&seen), processes.log_tails()));
     }
     // Who was busy: a contender bound by the API server leaves its own process mostly idle.
+    let busy = Cpu::since(cpu_before, &processes, apiserver, etcd);
     println!(
         "  every object applied {:.1} s after registration; load average {}; CPU meanwhile: controller(s) {:.1} s, kube-apiserver {:.1} s, etcd {:.1} s",
         converge.as_secs_f64(),
         load_average(),
-        processes.cpu_seconds() - cpu_before[2],
-        cpu_seconds(apiserver) - cpu_before[0],
-        cpu_seconds(etcd) - cpu_before[1],
+        busy.controllers,
+        busy.apiserver,
+        busy.etcd,
     );
     // The steady state a real cluster reaches: the agents run and KEDA reports every
     // ScaledObject Ready (the bench does the part of the controllers the control plane lacks),
@@ -574,7 +598,7 @@ async fn contender(
 
     // 2. One no-op interval.
     let mut no_op = NoOp::default();
-    let before = [cpu_seconds(apiserver), cpu_seconds(etcd), processes.cpu_seconds()];
+    let before = Cpu::now(&processes, apiserver, etcd);
     git.reset_counts();
     let window = Instant::now();
     request_reconcile(&cluster, who);
@@ -593,9 +617,7 @@ async fn contender(
     });
     let counts = git.counts();
     (no_op.git_requests, no_op.git_bytes) = (counts.total, counts.response_bytes);
-    no_op.cpu_apiserver = cpu_seconds(apiserver) - before[0];
-    no_op.cpu_etcd = cpu_seconds(etcd) - before[1];
-    no_op.cpu_controllers = processes.cpu_seconds() - before[2];
+    no_op.cpu = Cpu::since(before, &processes, apiserver, etcd);
     println!(
         "  no-op interval: {:.1} s until every request was handled; {} requests, {} writes ({} of them status); Git {} requests, {} bytes",
         no_op.wall.as_secs_f64(),
@@ -1398,11 +1420,11 @@ fn summary(options: &Options, results: &[Figures]) {
             a <= 1000.0 && b >= 3.0 * a,
         );
     }
-    let (a, b) = (ours.no_op.cpu_controllers, theirs.no_op.cpu_controllers);
+    let (a, b) = (ours.no_op.cpu.controllers, theirs.no_op.cpu.controllers);
     row("CPU of the controller(s) in the no-op interval", a, b, "s", "lower", a < b);
-    let (a, b) = (ours.no_op.cpu_apiserver, theirs.no_op.cpu_apiserver);
+    let (a, b) = (ours.no_op.cpu.apiserver, theirs.no_op.cpu.apiserver);
     row("CPU of kube-apiserver in the no-op interval", a, b, "s", "lower", a < b);
-    let (a, b) = (ours.no_op.cpu_etcd, theirs.no_op.cpu_etcd);
+    let (a, b) = (ours.no_op.cpu.etcd, theirs.no_op.cpu.etcd);
     row("CPU of etcd in the no-op interval", a, b, "s", "(printed, no goal)", true);
     let (a, b) = (ours.no_op.wall.as_secs_f64(), theirs.no_op.wall.as_secs_f64());
     row("no-op interval: request → all handled", a, b, "s", "(printed, no goal)", true);
@@ -1417,8 +1439,8 @@ fn print_alone(figures: &Figures) {
         figures.no_op.writes(),
         figures.no_op.git_requests,
         figures.no_op.git_bytes,
-        figures.no_op.cpu_controllers,
-        figures.no_op.cpu_apiserver
+        figures.no_op.cpu.controllers,
+        figures.no_op.cpu.apiserver
     );
     if !figures.pushes.is_empty() {
         println!(

@@ -21,6 +21,11 @@ pub fn deployment_env() -> Vec<(String, String)> {
         .collect()
 }
 
+/// `variables` as `NAME=value` words, for the bench's output.
+pub fn describe(variables: &[(String, String)]) -> String {
+    variables.iter().map(|(name, value)| format!("{name}={value}")).collect::<Vec<_>>().join(" ")
+}
+
 /// Sets `variables` in this process's environment, which the controller processes it starts
 /// inherit. Call it first thing in `main`.
 #[allow(unsafe_code)] // `set_var` is unsafe in edition 2024; `[lints]` denies unsafe code, src/ forbids it

@@ -288,6 +288,7 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
             (Health::failed(settled, REASON_API_ERROR, e.to_string()), settled.requeue)
         }
     };
+    let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     // Ready when the children are applied and the agents run.
     let (health, requeue) = match (&applied, &result, &plan.children) {
         (Health::Ready { reason, message }, Ok(Written::Children(observed)), Some(children)) => {
@@ -303,7 +304,6 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
                     let poll = if ctx.agent_watches.cover(children) {
                         requeue
                     } else {
-                        let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
                         agents::waiting_requeue(previous, Timestamp::now(), requeue)
                     };
                     (Health::Progressing { reason: reason.to_owned(), message }, poll)
@@ -321,7 +321,6 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
         _ => target.status.as_ref().and_then(|s| s.rendered.clone()),
     };
     let status = next_status(&target, &health, &applied, rendered, &Time(Timestamp::now()));
-    let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let transition = super::events::transition(previous, &status.conditions);
     let readiness =
         crate::telemetry::Readiness::of("CDTarget", &namespace, &target.name_any(), &status.conditions, false);

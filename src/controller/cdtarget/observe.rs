@@ -204,9 +204,33 @@ mod tests {
 
     use super::*;
 
-    /// A client whose API server answers every request with the page of registrations the
-    /// request's `continue` token asks for (`team-a`'s first, then `team-b`'s), recording the
-    /// request URIs.
+    /// A client whose API server records each request's URI and answers with what `answer`
+    /// makes of the URI and the request's number (from 1), after a yield so that concurrent
+    /// reconciles overlap.
+    fn recording_server(
+        requests: Arc<Mutex<Vec<String>>>,
+        answer: impl Fn(&str, usize) -> (u16, serde_json::Value) + Clone + Send + 'static,
+    ) -> Client {
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let uri = request.uri().to_string();
+            let seen = {
+                let mut requests = requests.lock().unwrap();
+                requests.push(uri.clone());
+                requests.len()
+            };
+            let (status, body) = answer(&uri, seen);
+            async move {
+                tokio::task::yield_now().await;
+                let mut response = http::Response::new(kube::client::Body::from(serde_json::to_vec(&body).unwrap()));
+                *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    /// Answers with the page of registrations the request's `continue` token asks for
+    /// (`team-a`'s first, then `team-b`'s).
     fn paging_server(requests: Arc<Mutex<Vec<String>>>) -> Client {
         let page = |target: &str, next: Option<&str>| {
             let repo = TenantRepository::test().with_name(target).target_namespace(target).service_account("deployer");
@@ -217,46 +241,25 @@ mod tests {
                 "items": [repo],
             })
         };
-        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let uri = request.uri().to_string();
-            requests.lock().unwrap().push(uri.clone());
-            let body = if uri.contains("continue=rest") { page("team-b", None) } else { page("team-a", Some("rest")) };
-            async move {
-                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
-                    serde_json::to_vec(&body).unwrap(),
-                )))
-            }
-        });
-        Client::new(service, "default")
+        recording_server(requests, move |uri, _| {
+            (200, if uri.contains("continue=rest") { page("team-b", None) } else { page("team-a", Some("rest")) })
+        })
     }
 
-    /// A client whose API server answers every SubjectAccessReview with `allowed`, after a
-    /// yield (so that concurrent reconciles overlap), except that the first `failing` requests get
-    /// a 500; records the request URIs.
+    /// Answers every SubjectAccessReview with `allowed`, except that the first `failing` requests
+    /// get a 500.
     fn review_server(requests: Arc<Mutex<Vec<String>>>, failing: usize) -> Client {
-        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-            let seen = {
-                let mut requests = requests.lock().unwrap();
-                requests.push(request.uri().to_string());
-                requests.len()
-            };
-            async move {
-                tokio::task::yield_now().await;
-                let (status, body) = if seen <= failing {
-                    let failure = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
-                    (500, failure)
-                } else {
-                    let answer = serde_json::json!({"apiVersion": "authorization.k8s.io/v1",
-                        "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}});
-                    (201, answer)
-                };
-                let mut response = http::Response::new(kube::client::Body::from(serde_json::to_vec(&body).unwrap()));
-                *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
-                Ok::<_, std::convert::Infallible>(response)
+        recording_server(requests, move |_, seen| {
+            if seen <= failing {
+                let failure = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+                (500, failure)
+            } else {
+                let answer = serde_json::json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}});
+                (201, answer)
             }
-        });
-        Client::new(service, "default")
+        })
     }
 
     fn question(namespace: &str, secret: &str) -> borrowed::Question {
