@@ -19,6 +19,8 @@ pub mod api;
 #[forbid(unsafe_code)]
 pub mod apply;
 #[forbid(unsafe_code)]
+pub mod budget;
+#[forbid(unsafe_code)]
 pub mod cli;
 #[forbid(unsafe_code)]
 pub mod controller;

@@ -104,9 +104,96 @@ impl Problems {
     }
 }
 
+/// Longest message kept of one problem (tenant values quoted in it included).
+pub const MAX_MESSAGE: usize = 2_048;
+/// Longest field path kept of one problem.
+pub const MAX_FIELD: usize = 512;
+
+/// Problems kept up to a limit and the rest only counted, each cut to [`MAX_MESSAGE`] and
+/// [`MAX_FIELD`]: what a revision can make a tenant's status hold is bounded whatever it holds.
+#[derive(Debug)]
+pub struct Bounded {
+    kept: Vec<Problem>,
+    more: usize,
+    limit: usize,
+}
+
+impl Bounded {
+    /// Keeps at most `limit` problems.
+    pub fn new(limit: usize) -> Self {
+        Bounded { kept: Vec::new(), more: 0, limit }
+    }
+
+    /// Records one problem.
+    pub fn push(&mut self, problem: Problem) {
+        if self.kept.len() < self.limit {
+            self.kept.push(problem.cut());
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty() && self.more == 0
+    }
+
+    /// The problems kept, in the order they were found, then one saying how many more there were.
+    pub fn into_vec(self) -> Vec<Problem> {
+        let mut problems = self.kept;
+        if self.more > 0 {
+            problems.push(Problem::field(
+                "",
+                format!("and {} more problems (only the first {} are reported)", self.more, self.limit),
+            ));
+        }
+        problems
+    }
+}
+
+impl Extend<Problem> for Bounded {
+    fn extend<I: IntoIterator<Item = Problem>>(&mut self, problems: I) {
+        for problem in problems {
+            self.push(problem);
+        }
+    }
+}
+
+impl Problem {
+    /// The problem with its message and field cut to [`MAX_MESSAGE`] and [`MAX_FIELD`] bytes
+    /// (at a character boundary, `…` marking the cut).
+    pub fn cut(mut self) -> Self {
+        cut_text(&mut self.message, MAX_MESSAGE);
+        cut_text(&mut self.field, MAX_FIELD);
+        self
+    }
+}
+
+fn cut_text(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bounded_keeps_the_first_problems_cut_and_counts_the_rest() {
+        let mut problems = Bounded::new(2);
+        problems.extend((0..5).map(|i| Problem::field(format!("f{i}"), "é".repeat(MAX_MESSAGE))));
+        let problems = problems.into_vec();
+        assert_eq!(problems.len(), 3);
+        assert_eq!((problems[0].field.as_str(), problems[1].field.as_str()), ("f0", "f1"));
+        assert!(problems[0].message.len() <= MAX_MESSAGE + '…'.len_utf8() && problems[0].message.ends_with('…'));
+        assert_eq!(problems[2].message, "and 3 more problems (only the first 2 are reported)");
+    }
 
     #[test]
     fn display_names_file_document_and_field() {

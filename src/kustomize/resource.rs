@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::budget;
 use crate::problem::Problem;
 
 /// Where a built object came from, for problems and for the loader's locations.
@@ -55,11 +56,17 @@ pub struct Resource {
     pub needs_hash: bool,
     /// Whether a generator made it (a later generator's `behavior` may merge into or replace it).
     pub generated: bool,
+    /// The bytes charged to the revision's budget for it (the object and the names it keeps),
+    /// as last measured.
+    pub charged: u64,
 }
 
 impl Resource {
     /// A resource read from a document, as written.
+    ///
+    /// Its bytes are measured, not charged: whatever parsed or made the object charged them.
     pub fn from_document(object: Value, origin: Origin) -> Self {
+        let charged = budget::current().map_or(0, |_| budget::measure(&object, usize::MAX).bytes);
         Resource {
             object,
             origin,
@@ -68,7 +75,28 @@ impl Resource {
             suffixes: Vec::new(),
             needs_hash: false,
             generated: false,
+            charged,
         }
+    }
+
+    /// Charges the revision's budget for what the object and the names it keeps grew by since
+    /// last measured (giving back what they shrank by), checking the object's depth before
+    /// anything recurses over it again. Outside a load nothing is measured.
+    pub fn recharge(&mut self) -> Result<(), Problem> {
+        let Some(budget) = budget::current() else { return Ok(()) };
+        let refused = |overrun: budget::Overrun| Problem::field("", overrun.to_string());
+        let kept = self.previous.iter().map(|p| p.name.len() + p.namespace.as_ref().map_or(0, String::len))
+            .chain(self.prefixes.iter().chain(&self.suffixes).map(String::len))
+            .map(|len| len as u64 + budget::NODE_BYTES)
+            .sum::<u64>();
+        let now = budget.measure(&self.object).map_err(refused)?.bytes + kept;
+        if now >= self.charged {
+            budget.charge_bytes(now - self.charged).map_err(refused)?;
+        } else {
+            budget.release_bytes(self.charged - now);
+        }
+        self.charged = now;
+        Ok(())
     }
 
     /// `metadata.name` now.

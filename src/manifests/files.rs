@@ -280,7 +280,7 @@ mod tests {
         let dir = disk();
         std::fs::write(dir.path().join("repo/huge.txt"), vec![b'x'; 2000]).unwrap();
         std::fs::write(dir.path().join("repo/small.txt"), vec![b'x'; 600]).unwrap();
-        let limits = Limits { max_file_bytes: 1000, max_total_bytes: 1000 };
+        let limits = Limits { max_file_bytes: 1000, max_total_bytes: 1000, ..Limits::default() };
         let files = SnapshotFiles::open(&dir.path().join("repo"), limits).unwrap();
         refused(&files, "huge.txt", "is 2000 bytes; files of at most 1000 bytes are read");
         assert_eq!(files.read("small.txt").unwrap().len(), 600);

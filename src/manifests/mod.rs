@@ -18,31 +18,39 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
 use crate::api::{API_VERSION, CDTarget, LEGACY_API_VERSION, names};
+use crate::budget::{self, Budget};
 use crate::kustomize::build::{Build, KUSTOMIZATION_FILE_NAMES, KustomizationFile};
 use crate::kustomize::files::{Files, MemoryFiles};
 use crate::kustomize::resource::Origin;
 use crate::policy::Policy;
 use crate::policy::tenancy::KindPattern;
-use crate::problem::Problem;
+use crate::problem::{Bounded, Problem};
 use crate::render::check_document;
 use crate::yaml;
 
 pub use files::SnapshotFiles;
 pub use read::{Tree, read_tree, read_tree_for_build};
 
-/// Bounds on what a tenant repository may hold.
+/// Bounds on what a tenant repository may hold, and on what loading one revision of it may
+/// produce and cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Largest YAML file, in bytes.
     pub max_file_bytes: u64,
     /// Largest sum of all YAML files, in bytes.
     pub max_total_bytes: u64,
+    /// The budget of one revision's load (objects' bytes, count and depth, work, problems, time).
+    pub budget: budget::Limits,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_file_bytes: 4 << 20, max_total_bytes: 64 << 20 }
+        Limits { max_file_bytes: 4 << 20, max_total_bytes: 64 << 20, budget: budget::Limits::default() }
     }
 }
 
@@ -173,6 +181,34 @@ pub fn read_and_load(
     namespace: &str,
     policy: &Policy,
 ) -> Result<ApplySet, Vec<Problem>> {
+    read_and_load_abandonable(root, dir, limits, namespace, policy, Arc::default()).0
+}
+
+/// [`read_and_load`], stopped soon after another thread sets `abandon`; also says which limit of
+/// the revision's budget stopped it, if one did (the same revision would be stopped again).
+pub fn read_and_load_abandonable(
+    root: &Path,
+    dir: &str,
+    limits: &Limits,
+    namespace: &str,
+    policy: &Policy,
+    abandon: Arc<AtomicBool>,
+) -> (Result<ApplySet, Vec<Problem>>, Option<budget::Overrun>) {
+    let budget = Rc::new(Budget::new(limits.budget).abandoned_by(abandon));
+    let loaded = {
+        let _entered = budget.enter();
+        read_and_load_entered(root, dir, limits, namespace, policy)
+    };
+    (loaded, budget.overrun())
+}
+
+fn read_and_load_entered(
+    root: &Path,
+    dir: &str,
+    limits: &Limits,
+    namespace: &str,
+    policy: &Policy,
+) -> Result<ApplySet, Vec<Problem>> {
     let synced = if dir.is_empty() { root.to_path_buf() } else { root.join(dir) };
     let tree = read_tree_for_build(&synced, limits)?;
     if tree.kustomizations.is_empty() {
@@ -224,6 +260,10 @@ fn is_beneath(dir: &str, other: &str) -> bool {
 /// Loads `tree` (read at directory `dir` of the root of `files`): its plain files as documents,
 /// each of its kustomization directories built through `files`, every object checked by the
 /// same tenancy rules. Pure over `files`.
+///
+/// Everything is charged to the budget installed on this thread (a default one when none is):
+/// the first limit crossed refuses the revision with that one problem, at the file or
+/// kustomization entry where it was crossed, and at most the budget's number of problems is kept.
 pub fn load_with(
     tree: Tree,
     dir: &str,
@@ -231,7 +271,9 @@ pub fn load_with(
     namespace: &str,
     policy: &Policy,
 ) -> Result<ApplySet, Vec<Problem>> {
-    let mut problems = Vec::new();
+    let budget = budget::current().unwrap_or_else(|| Rc::new(Budget::new(budget::Limits::default())));
+    let _entered = budget.enter();
+    let mut problems = Bounded::new(budget.limits().problems);
     if let Err(e) = names::dns1123_label(namespace) {
         problems.push(Problem::field("", format!("target namespace {e}")));
     }
@@ -240,6 +282,9 @@ pub fn load_with(
         let parsed = match yaml::parse_documents(&file.text) {
             Ok(parsed) => parsed,
             Err(e) => {
+                if let Some(overrun) = budget.overrun() {
+                    return Err(vec![Problem::field("", overrun.to_string()).located(&file.path, None, None)]);
+                }
                 problems.push(
                     Problem::field("", format!("not valid YAML: {}", e.message)).located(&file.path, None, e.line),
                 );
@@ -248,6 +293,9 @@ pub fn load_with(
         };
         for doc in parsed {
             let located = |p: Problem| p.located(&file.path, Some(doc.index), Some(doc.line));
+            if let Err(overrun) = budget.count_objects(1) {
+                return Err(vec![located(Problem::field("", overrun.to_string()))]);
+            }
             match check_object(doc.value, namespace, policy) {
                 Ok(content) => documents.push(Document {
                     file: file.path.clone(),
@@ -264,6 +312,7 @@ pub fn load_with(
         let at = join_dir(dir, &kustomization);
         match crate::kustomize::build::build(files, &at) {
             Ok(build) => built_documents(build, dir, namespace, policy, &mut documents, &mut problems),
+            Err(found) if budget.overrun().is_some() => return Err(overrun_problem(&budget, found, files, &at, dir)),
             Err(found) => {
                 // A problem of the directory as a whole is shown at its kustomization file.
                 let file = crate::kustomize::build::find_kustomization(files, &at)
@@ -281,7 +330,7 @@ pub fn load_with(
     }
     problems.extend(duplicates(&documents));
     if !problems.is_empty() {
-        return Err(problems);
+        return Err(problems.into_vec());
     }
     documents.sort_by(|a, b| {
         (scope::apply_rank(a.kind()), a.kind(), a.name()).cmp(&(scope::apply_rank(b.kind()), b.kind(), b.name()))
@@ -299,7 +348,7 @@ fn built_documents(
     namespace: &str,
     policy: &Policy,
     documents: &mut Vec<Document>,
-    problems: &mut Vec<Problem>,
+    problems: &mut Bounded,
 ) {
     let refused: Vec<Problem> =
         build.kustomizations.iter().filter_map(|k| namespace_problem(k, namespace)).map(|p| relocate(p, dir)).collect();
@@ -321,6 +370,21 @@ fn built_documents(
             Err(found) => problems.extend(found.into_iter().map(|p| document.locate(p))),
         }
     }
+}
+
+/// The one problem of a build the budget stopped: the first of its problems that names the limit
+/// crossed (located where it was crossed), else the limit at the kustomization file.
+fn overrun_problem(budget: &Budget, found: Vec<Problem>, files: &dyn Files, at: &str, dir: &str) -> Vec<Problem> {
+    let overrun = budget.overrun().map(|o| o.to_string()).unwrap_or_default();
+    let first = found.into_iter().find(|p| p.message.contains(&overrun) && p.file.is_some());
+    let problem = first.unwrap_or_else(|| {
+        let file = crate::kustomize::build::find_kustomization(files, at)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| join_dir(at, KUSTOMIZATION_FILE_NAMES[0]));
+        Problem::field("", overrun).located(&file, None, None)
+    });
+    vec![relocate(problem, dir).cut()]
 }
 
 /// Why a kustomization's `namespace` is refused, if it is: anything but the tenant's.
@@ -511,9 +575,9 @@ mod tests {
 
     /// The documents of `build` (of the kustomization in `dir`, as the loader takes it), or every problem.
     fn built(build: Build, dir: &str) -> Result<Vec<Document>, Vec<Problem>> {
-        let (mut documents, mut problems) = (Vec::new(), Vec::new());
+        let (mut documents, mut problems) = (Vec::new(), Bounded::new(100));
         built_documents(build, dir, TENANT, &Policy::default(), &mut documents, &mut problems);
-        if problems.is_empty() { Ok(documents) } else { Err(problems) }
+        if problems.is_empty() { Ok(documents) } else { Err(problems.into_vec()) }
     }
 
     fn shown(problems: &[Problem]) -> Vec<String> {
@@ -659,7 +723,7 @@ mod tests {
             resources: vec![generated(config_map("a", None), "app/kustomization.yaml", "configMapGenerator[0]")],
             kustomizations: vec![],
         };
-        let (mut problems, documents) = (Vec::new(), &mut set.documents);
+        let (mut problems, documents) = (Bounded::new(100), &mut set.documents);
         built_documents(build, "", TENANT, &Policy::default(), documents, &mut problems);
         let problems = shown(&duplicates(documents));
         assert_eq!(

@@ -15,6 +15,7 @@ pub mod commit_status;
 pub mod execute;
 pub mod feedback;
 pub mod gitlab;
+pub mod load;
 pub mod observe;
 pub mod plan;
 pub mod secrets;
@@ -84,8 +85,10 @@ pub struct Context {
     pub fetcher: Fetcher,
     /// The platform policy.
     pub policy: PolicySource,
-    /// Bounds on the YAML read from a repository.
+    /// Bounds on the YAML read from a repository and on what loading a revision may produce.
     pub manifest_limits: manifests::Limits,
+    /// Loads fetched revisions on threads of their own, a few at once.
+    pub loader: load::Loader,
     /// Records Events on state changes (none in tests that do not look at them).
     pub recorder: Option<super::events::EventSink>,
     /// Told what a reconcile did, for metrics.
@@ -131,6 +134,7 @@ impl Context {
             fetcher,
             policy: PolicySource::Read { client, namespace: policy_namespace.to_owned(), name: policy_name.to_owned() },
             manifest_limits: manifests::Limits::default(),
+            loader: load::Loader::default(),
             recorder: None,
             observer: None,
             gitlab: None,

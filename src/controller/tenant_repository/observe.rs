@@ -6,11 +6,12 @@
 use kube::ResourceExt;
 use tracing::Instrument;
 
+use super::load::LoadRequest;
 use super::secrets::SecretReads;
 use super::{Context, Error};
 use crate::api::tenant_repository::{TenantRepository, webhook_path, webhook_token};
 use crate::apply::discovery;
-use crate::manifests::{self, ApplySet};
+use crate::manifests::ApplySet;
 use crate::problem::Problem;
 use crate::source::registration::{credentials_from_secret, interval_of, reference_of, timeout_of};
 use crate::source::{Credentials, Request, SourceError, path_components};
@@ -97,15 +98,16 @@ pub async fn observe(
         Ok(policy) => policy.clone(),
         Err(problems) => return Ok(Observed::InvalidPolicy { revision, problems: problems.clone() }),
     };
-    let limits = ctx.manifest_limits;
-    let target_namespace = repo.spec.target_namespace.clone();
-    // Reading and checking a tree is blocking file work and CPU: keep it off the runtime.
-    let load = tokio::task::spawn_blocking(move || {
-        let _span = tracing::info_span!("load").entered();
-        manifests::read_and_load(&root, &synced, &limits, &target_namespace, &policy)
-    })
-    .await
-    .unwrap_or_else(|e| Err(vec![Problem::field("", format!("loading the tree failed: {e}"))]));
+    // Reading and checking a tree is blocking file work and CPU, bounded by the revision's budget:
+    // on a loader thread, off the runtime.
+    let request = LoadRequest {
+        key: key.clone(),
+        revision: revision.clone(),
+        root,
+        synced,
+        namespace: repo.spec.target_namespace.clone(),
+    };
+    let load = ctx.loader.load(request, ctx.manifest_limits, policy).await;
     // Scope and kind by the cluster's own discovery, before anything is applied.
     let load =
         match load {

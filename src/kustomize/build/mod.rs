@@ -32,6 +32,7 @@ use super::names;
 use super::patch::Patches;
 use super::patch::schema::MergeKeys;
 use super::resource::{Origin, Resource};
+use crate::budget;
 use crate::problem::Problem;
 
 /// The file names kustomize recognises as a kustomization, in the order it looks for them.
@@ -125,6 +126,7 @@ fn build_within(files: &dyn Files, dir: &str, limits: Limits) -> Result<Build, V
     }
     if renamed {
         names::fix_references(&mut resources).map_err(|found| found.into_iter().map(at_top).collect::<Vec<_>>())?;
+        recharge_all(&mut resources).map_err(|p| vec![at_top(p)])?;
     }
     resources.retain(|r| {
         r.object.pointer("/metadata/annotations").and_then(|a| a.get(LOCAL_CONFIG)).is_none_or(|v| v == "false")
@@ -132,6 +134,45 @@ fn build_within(files: &dyn Files, dir: &str, limits: Limits) -> Result<Build, V
     check_unique(&resources).map_err(|p| vec![at_top(p)])?;
     order::sort(&mut resources, top.sort.as_ref());
     Ok(Build { resources, kustomizations: walk.kustomizations.into_inner() })
+}
+
+/// Applies `change` to each resource and charges its growth right after, so that a transformer
+/// adding much to every object is stopped at the first object past the budget.
+fn each(
+    resources: &mut [Resource],
+    mut change: impl FnMut(&mut Resource) -> Result<(), Problem>,
+) -> Result<(), Problem> {
+    resources.iter_mut().try_for_each(|resource| {
+        change(resource)?;
+        resource.recharge()
+    })
+}
+
+/// Charges the growth of every resource (after a transformer that changes them all a little).
+fn recharge_all(resources: &mut [Resource]) -> Result<(), Problem> {
+    resources.iter_mut().try_for_each(Resource::recharge)
+}
+
+/// The longest name an object may have (a DNS subdomain), checked before a prefix or suffix is
+/// added so that no longer name is ever made.
+const MAX_NAME: usize = 253;
+
+/// Refuses `prefix` and `suffix` when they would make any name longer than [`MAX_NAME`].
+fn check_renamed_lengths(resources: &[Resource], prefix: &str, suffix: &str) -> Result<(), Problem> {
+    let field = if prefix.len() >= suffix.len() { "namePrefix" } else { "nameSuffix" };
+    let added = prefix.len() + suffix.len();
+    if let Some(long) = resources.iter().find(|r| r.name().len() + added > MAX_NAME) {
+        return Err(Problem::field(
+            field,
+            format!(
+                "would make the name of {} {} characters long; a name has at most {MAX_NAME}: shorten the prefix \
+                 or suffix ({added} characters together)",
+                long.describe(),
+                long.name().len() + added
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Places a problem in `file` unless it already names one (a patch file, a resource file).
@@ -300,6 +341,11 @@ impl Walk<'_> {
             let generated =
                 generator::generate(&k.raw, &k.file, self.files).map_err(|found| locate_all(found, &k.file))?;
             for made in generated {
+                let refused = |overrun: budget::Overrun| {
+                    vec![Problem::field(&made.field, overrun.to_string()).located(&k.file, None, None)]
+                };
+                budget::charge(|b| b.count_objects(1)).map_err(refused)?;
+                budget::charge_value(&made.object).map_err(refused)?;
                 generator::absorb(&mut accumulated, made, &k.file).map_err(|p| vec![p])?;
             }
             self.check_count(&accumulated, "configMapGenerator", &k.file)?;
@@ -344,27 +390,35 @@ impl Walk<'_> {
             return Err(locate_all(problems, &k.file));
         }
         let at = |problem: Problem| vec![locate(problem, &k.file)];
+        // Each transformer's growth is charged object by object (patches: operation by
+        // operation), so the first object past the budget stops the build.
+        let under = |field: &'static str| move |problem: Problem| vec![locate(problem.under(field), &k.file)];
         patches.apply_strategic_merge_to(resources).map_err(at)?;
         patches.apply_patches_to(resources).map_err(at)?;
         if let Some(namespace) = &k.namespace {
             names::set_namespace(resources, namespace).map_err(at)?;
+            recharge_all(resources).map_err(under("namespace"))?;
         }
         if !k.name_prefix.is_empty() || !k.name_suffix.is_empty() {
+            check_renamed_lengths(resources, &k.name_prefix, &k.name_suffix).map_err(at)?;
             names::add_prefix_suffix(resources, &k.name_prefix, &k.name_suffix).map_err(at)?;
+            let field = if k.name_prefix.is_empty() { "nameSuffix" } else { "namePrefix" };
+            recharge_all(resources).map_err(under(field))?;
         }
         if !labels.is_empty() {
-            resources.iter_mut().try_for_each(|r| labels.apply(&mut r.object)).map_err(at)?;
+            each(resources, |r| labels.apply(&mut r.object)).map_err(under("labels"))?;
         }
         if !annotations.is_empty() {
-            resources.iter_mut().try_for_each(|r| annotations.apply(&mut r.object)).map_err(at)?;
+            each(resources, |r| annotations.apply(&mut r.object)).map_err(under("commonAnnotations"))?;
         }
         patches.apply_json6902_to(resources).map_err(at)?;
         if !replicas.is_empty() {
             // `apply_all`: an entry no workload answers to is kustomize's error too.
             replicas.apply_all(resources).map_err(|found| locate_all(found, &k.file))?;
+            recharge_all(resources).map_err(under("replicas"))?;
         }
         if !images.is_empty() {
-            resources.iter_mut().try_for_each(|r| images.apply(&mut r.object)).map_err(at)?;
+            each(resources, |r| images.apply(&mut r.object)).map_err(under("images"))?;
         }
         Ok(())
     }
@@ -409,11 +463,21 @@ impl Walk<'_> {
             }
             let at = |p: Problem| p.located(path, Some(document.index), Some(document.line));
             match check_object(&document.value) {
-                Ok(()) => resources.push(Resource::from_document(
+                Ok(()) if problems.is_empty() => {
+                    budget::charge(|b| b.count_objects(1))
+                        .map_err(|overrun| vec![at(Problem::field("", overrun.to_string()))])?;
+                    resources.push(Resource::from_document(
                     document.value,
                     Origin::Document { file: path.to_owned(), index: document.index, line: document.line },
-                )),
+                    ))
+                }
+                // Once a document is refused the file is: later ones are only checked (and at most a
+                // budget's worth of their problems kept).
+                Ok(()) => {}
                 Err(found) => problems.extend(found.into_iter().map(at)),
+            }
+            if problems.len() > budget::problem_limit() {
+                break;
             }
         }
         if problems.is_empty() { Ok(resources) } else { Err(problems) }

@@ -96,6 +96,10 @@ pub enum SortOrder {
     Fifo,
 }
 
+/// The longest `namePrefix` or `nameSuffix`: a name keeps at least one character of its own within
+/// the 253 a name may have.
+pub const MAX_AFFIX: usize = 252;
+
 /// Parses the text of kustomization file `file`; problems are located in it.
 pub fn parse(text: &str, file: &str) -> Result<Kustomization, Vec<Problem>> {
     let locate = |problems: Vec<Problem>| problems.into_iter().map(|p| p.located(file, None, None)).collect();
@@ -164,6 +168,16 @@ fn read(raw: Value, file: &str) -> Result<Kustomization, Vec<Problem>> {
     let namespace = text("namespace", &mut problems).filter(|n| !n.is_empty());
     let name_prefix = text("namePrefix", &mut problems).unwrap_or_default();
     let name_suffix = text("nameSuffix", &mut problems).unwrap_or_default();
+    // Checked when read: a long prefix over many objects would otherwise be copied into each name
+    // (and each earlier name kept) before any name is checked.
+    for (field, added) in [("namePrefix", &name_prefix), ("nameSuffix", &name_suffix)] {
+        if added.len() > MAX_AFFIX {
+            problems.push(
+                field,
+                format!("is {} characters long; a name has at most 253, so at most {MAX_AFFIX} may be added", added.len()),
+            );
+        }
+    }
     let mut resources = paths(map, "resources", &mut problems);
     resources.extend(paths(map, "bases", &mut problems));
     let components = paths(map, "components", &mut problems);

@@ -5,6 +5,7 @@
 use json_patch::PatchOperation;
 use serde_json::Value;
 
+use crate::budget;
 use crate::problem::Problem;
 
 /// A parsed JSON patch: its operations, in order.
@@ -15,7 +16,10 @@ pub struct JsonPatch(pub Vec<PatchOperation>);
 /// decides). Problems name the operation's index.
 pub fn parse(text: &str) -> Result<JsonPatch, Problem> {
     let value: Value = if text.starts_with('[') {
-        serde_json::from_str(text).map_err(|e| Problem::field("", format!("not a JSON patch: {e}")))?
+        // serde_json stops at 128 levels; the budget's depth and bytes are charged right after.
+        let value = serde_json::from_str(text).map_err(|e| Problem::field("", format!("not a JSON patch: {e}")))?;
+        budget::charge_value(&value).map_err(|overrun| Problem::field("", overrun.to_string()))?;
+        value
     } else {
         crate::yaml::parse_one(text)
             .map_err(|e| Problem::field("", format!("not a JSON patch (YAML): {}", e.message)))?
@@ -47,11 +51,30 @@ pub fn from_value(value: &Value) -> Result<JsonPatch, Problem> {
 
 /// Applies `patch` to `target`; on failure `target` is left as it was and the problem names the
 /// operation's index, its `op` and `path`.
+///
+/// Within a load, the target is measured after every operation: an operation that would nest it
+/// past the depth limit or grow it past the budget stops the patch before anything recurses over
+/// the result (a few `copy` operations double an object each, a few `move`s deepen it).
 pub fn apply(target: &mut Value, patch: &JsonPatch) -> Result<(), Problem> {
-    json_patch::patch(target, &patch.0).map_err(|e| {
-        let op = patch.0.get(e.operation).map(operation_name).unwrap_or("?");
-        Problem::field(format!("[{}]", e.operation), format!("`{op}` at `{}` failed: {}", e.path, e.kind))
-    })
+    let failed = |index: usize, e: json_patch::PatchError| {
+        let op = patch.0.get(index).map(operation_name).unwrap_or("?");
+        Problem::field(format!("[{index}]"), format!("`{op}` at `{}` failed: {}", e.path, e.kind))
+    };
+    let Some(budget) = budget::current() else {
+        return json_patch::patch(target, &patch.0).map_err(|e| failed(e.operation, e));
+    };
+    let before = budget::measure(target, usize::MAX).bytes;
+    let mut patched = target.clone();
+    for (index, operation) in patch.0.iter().enumerate() {
+        json_patch::patch(&mut patched, std::slice::from_ref(operation)).map_err(|e| failed(index, e))?;
+        let refused = |overrun: budget::Overrun| {
+            Problem::field(format!("[{index}]"), format!("`{}`: {overrun}", operation_name(operation)))
+        };
+        let now = budget.measure(&patched).map_err(refused)?;
+        budget.check_growth(before, now.bytes).map_err(refused)?;
+    }
+    *target = patched;
+    Ok(())
 }
 
 fn operation_name(operation: &PatchOperation) -> &'static str {

@@ -17,6 +17,7 @@ use serde_json::Value;
 use self::json6902::JsonPatch;
 use self::schema::MergeKeys;
 use self::strategic::Allow;
+use crate::budget;
 use crate::kustomize::resource::{PreviousId, Resource};
 use crate::kustomize::target::Selector;
 use crate::problem::{Problem, Problems};
@@ -151,6 +152,10 @@ impl Patches {
     }
 }
 
+/// The work charged for trying one patch target against one object: a few string and label
+/// comparisons.
+const TRY_COST: u64 = 16;
+
 /// An object's id as a strategic merge patch names it: apiVersion, kind, name and effective
 /// namespace (`default` when none, empty for a cluster-scoped kind).
 type NamedId = (String, String, String, String);
@@ -227,7 +232,8 @@ fn apply_indexed(patches: &[Patch], resources: &mut Vec<Resource>) -> Result<(),
 /// earlier names (kustomize matches those too).
 trait Patched {
     fn object(&self) -> &Value;
-    fn set_object(&mut self, object: Value);
+    /// Replaces the object, charging what it grew by to the revision's budget.
+    fn set_object(&mut self, object: Value) -> Result<(), Problem>;
     /// Whether a `target` selects it.
     fn selected_by(&self, target: &Selector) -> bool;
     /// Whether a strategic merge patch without target names it.
@@ -239,8 +245,9 @@ impl Patched for Value {
         self
     }
 
-    fn set_object(&mut self, object: Value) {
+    fn set_object(&mut self, object: Value) -> Result<(), Problem> {
         *self = object;
+        Ok(())
     }
 
     fn selected_by(&self, target: &Selector) -> bool {
@@ -258,7 +265,7 @@ impl Patched for Resource {
     }
 
     /// A patch that renames (`allowNameChange`) or moves the object leaves its earlier id behind.
-    fn set_object(&mut self, object: Value) {
+    fn set_object(&mut self, object: Value) -> Result<(), Problem> {
         let id = |o: &Value| {
             let text = |p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_owned);
             (text("/metadata/name").unwrap_or_default(), text("/metadata/namespace"))
@@ -268,6 +275,7 @@ impl Patched for Resource {
             self.previous.push(PreviousId { name, namespace });
         }
         self.object = object;
+        self.recharge()
     }
 
     /// kustomize's `Select`: the name and the namespace each match the original or the current
@@ -308,11 +316,14 @@ impl Patch {
         let table = MergeKeys::builtin();
         match (&self.body, &self.target) {
             (Body::Json(ops), Some(target)) => {
-                for object in objects.iter_mut().filter(|o| o.selected_by(target)) {
+                for object in objects.iter_mut() {
+                    if !self.tries(object, |o| o.selected_by(target))? {
+                        continue;
+                    }
                     let id = identity(object.object());
                     let mut patched = object.object().clone();
                     json6902::apply(&mut patched, ops).map_err(|p| self.failed(&id, p))?;
-                    object.set_object(patched);
+                    object.set_object(patched).map_err(|p| self.failed(&id, p))?;
                 }
                 Ok(())
             }
@@ -324,13 +335,22 @@ impl Patch {
                         "a patch with a `target` holds exactly one strategic merge document",
                     ));
                 };
-                let selected: Vec<usize> = (0..objects.len()).filter(|i| objects[*i].selected_by(target)).collect();
+                let mut selected = Vec::new();
+                for (i, object) in objects.iter().enumerate() {
+                    if self.tries(object, |o| o.selected_by(target))? {
+                        selected.push(i);
+                    }
+                }
                 self.merge_into(objects, selected, patch, table)
             }
             (Body::Strategic(documents), None) => {
                 for patch in documents {
-                    let matching: Vec<usize> =
-                        (0..objects.len()).filter(|i| objects[*i].named_by(patch, table)).collect();
+                    let mut matching = Vec::new();
+                    for (i, object) in objects.iter().enumerate() {
+                        if self.tries(object, |o| o.named_by(patch, table))? {
+                            matching.push(i);
+                        }
+                    }
                     self.merge_named(objects, matching, patch, table)?;
                 }
                 Ok(())
@@ -373,7 +393,7 @@ impl Patch {
             match strategic::apply(objects[index].object(), patch, self.allow, table)
                 .map_err(|p| self.failed(&id, p))?
             {
-                Some(merged) => objects[index].set_object(merged),
+                Some(merged) => objects[index].set_object(merged).map_err(|p| self.failed(&id, p))?,
                 None => deleted.push(index),
             }
         }
@@ -381,6 +401,13 @@ impl Patch {
             objects.remove(index);
         }
         Ok(())
+    }
+
+    /// Whether `object` answers to this patch by `test`, charged to the revision's work budget:
+    /// patches × objects is the one product a tenant controls, so it is paid for.
+    fn tries<T: Patched>(&self, object: &T, test: impl Fn(&T) -> bool) -> Result<bool, Problem> {
+        budget::charge(|b| b.charge_work(TRY_COST)).map_err(|overrun| Problem::field(&self.field, overrun.to_string()))?;
+        Ok(test(object))
     }
 
     /// A problem found applying this patch to the object `id`.
