@@ -443,7 +443,7 @@ mod tests {
         // A chain far deeper than any stack would allow a recursive walk.
         let mut deep = json!(1);
         for _ in 0..100_000 {
-            deep = json!([deep]);
+            deep = Value::Array(vec![deep]);
         }
         assert_eq!(measure(&deep, MAX_DEPTH).depth, MAX_DEPTH + 1, "stops past the limit");
         // serde_json's recursive drop of such a chain would overflow: taken apart by hand.
