@@ -215,7 +215,16 @@ pub fn load_source(args: &SourceArgs) -> Result<(Policy, ApplySet), Vec<Problem>
     };
     match (policy, synced) {
         (Ok(policy), Ok((root, dir))) => {
-            manifests::read_and_load(&root, &dir, &limits, &args.namespace, &policy).map(|set| (policy, set))
+            // On a loader thread, as in the controller: its stack is sized for the depth bound.
+            let namespace = args.namespace.clone();
+            let load = crate::budget::spawn_loader("cdtarget-load", move || {
+                manifests::read_and_load(&root, &dir, &limits, &namespace, &policy).map(|set| (policy, set))
+            });
+            match load.map(std::thread::JoinHandle::join) {
+                Ok(Ok(loaded)) => loaded,
+                Ok(Err(_)) => Err(vec![Problem::field("", "the load stopped before it finished")]),
+                Err(e) => Err(vec![Problem::field("", format!("the load could not start: {e}"))]),
+            }
         }
         (policy, synced) => Err(policy.err().into_iter().chain(synced.err()).flatten().collect()),
     }

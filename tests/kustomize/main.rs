@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attacks;
 mod build_properties;
 mod builds;
 mod fields;

@@ -56,6 +56,10 @@ pub struct Settings {
     pub default_tenant_service_account: Option<String>,
     /// `--cdtarget-resync-interval`: when a CDTarget whose children are in place is checked again.
     pub cdtarget_resync: std::time::Duration,
+    /// Bounds on a repository's YAML and the budget of one revision's load (`--revision-*`).
+    pub manifest_limits: crate::manifests::Limits,
+    /// `--load-concurrency`: revisions loaded at once.
+    pub load_concurrency: usize,
 }
 
 impl Settings {
@@ -71,6 +75,8 @@ impl Settings {
             recheck_keda: false,
             default_tenant_service_account: None,
             cdtarget_resync: cdtarget::RESYNC,
+            manifest_limits: crate::manifests::Limits::default(),
+            load_concurrency: tenant_repository::load::DEFAULT_LOAD_CONCURRENCY,
         }
     }
 }
@@ -171,7 +177,9 @@ impl Builder {
         let mut repo_ctx =
             tenant_repository::Context::new(client.clone(), fetcher, &settings.namespace, &settings.policy_name)
                 .with_policy(policy.clone())
-                .with_writer(writer.clone());
+                .with_writer(writer.clone())
+                .with_manifest_limits(settings.manifest_limits);
+        repo_ctx.loader = tenant_repository::load::Loader::new(settings.load_concurrency);
         let mut target_ctx = cdtarget::Context::new(client.clone(), &settings.namespace, &settings.policy_name)
             .with_policy(policy)
             .with_writer(writer)

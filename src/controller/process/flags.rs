@@ -29,6 +29,22 @@ pub struct Args {
     /// Most Git fetches running at once.
     #[arg(long, env = "CDTARGET_FETCH_CONCURRENCY", default_value_t = 4, value_name = "N")]
     pub fetch_concurrency: usize,
+    /// Most revisions loaded (read, built and checked) at once; each may hold up to
+    /// `--revision-max-object-bytes` while it loads.
+    #[arg(long, env = "CDTARGET_LOAD_CONCURRENCY", default_value_t = crate::controller::tenant_repository::load::DEFAULT_LOAD_CONCURRENCY, value_name = "N")]
+    pub load_concurrency: usize,
+    /// Most memory the objects of one revision may take while it loads (estimated: after YAML
+    /// aliases, patches, prefixes, labels and annotations); more refuses the revision.
+    #[arg(long, env = "CDTARGET_REVISION_MAX_OBJECT_BYTES", default_value_t = crate::budget::Limits::default().bytes, value_name = "BYTES")]
+    pub revision_max_object_bytes: u64,
+    /// Most objects one revision may produce (a base reached twice counts twice).
+    #[arg(long, env = "CDTARGET_REVISION_MAX_OBJECTS", default_value_t = crate::budget::Limits::default().objects, value_name = "N")]
+    pub revision_max_objects: usize,
+    /// Longest one revision's load may take, as a duration (`60s`, `2m`); it is then abandoned
+    /// and the revision refused.
+    #[arg(long, env = "CDTARGET_REVISION_LOAD_TIMEOUT", default_value = "60s", value_name = "DURATION",
+          value_parser = source::registration::parse_timeout)]
+    pub revision_load_timeout: Duration,
     /// Most reconciles running at once, per kind (0: unbounded).
     #[arg(long, env = "CDTARGET_RECONCILE_CONCURRENCY", default_value_t = 8, value_name = "N")]
     pub reconcile_concurrency: u16,

@@ -261,6 +261,16 @@ async fn reconcile_until_stopped(
         recheck_keda: true,
         default_tenant_service_account: args.default_tenant_service_account.clone(),
         cdtarget_resync: args.cdtarget_resync_interval,
+        manifest_limits: crate::manifests::Limits {
+            budget: crate::budget::Limits {
+                bytes: args.revision_max_object_bytes,
+                objects: args.revision_max_objects,
+                deadline: args.revision_load_timeout,
+                ..crate::budget::Limits::default()
+            },
+            ..crate::manifests::Limits::default()
+        },
+        load_concurrency: args.load_concurrency,
     };
     let shard = shard_config(args.shard_selector.as_deref());
     let sources = Sources::watches(&client, &args.namespace, &args.policy_configmap, shard, keda);

@@ -49,12 +49,14 @@ pub fn from_value(value: &Value) -> Result<JsonPatch, Problem> {
     Ok(JsonPatch(operations))
 }
 
-/// Applies `patch` to `target`; on failure `target` is left as it was and the problem names the
-/// operation's index, its `op` and `path`.
+/// Applies `patch` to `target`; the problem of a failed operation names its index, its `op` and
+/// `path`. Outside a load a failed patch leaves `target` as it was; within one, `target` may be
+/// left partly patched (the builder patches a copy it drops on failure).
 ///
 /// Within a load, the target is measured after every operation: an operation that would nest it
 /// past the depth limit or grow it past the budget stops the patch before anything recurses over
-/// the result (a few `copy` operations double an object each, a few `move`s deepen it).
+/// the result (a few `copy` operations double an object each, a few `move`s deepen it); a `copy`
+/// is measured before it copies.
 pub fn apply(target: &mut Value, patch: &JsonPatch) -> Result<(), Problem> {
     let failed = |index: usize, e: json_patch::PatchError| {
         let op = patch.0.get(index).map(operation_name).unwrap_or("?");
@@ -64,16 +66,21 @@ pub fn apply(target: &mut Value, patch: &JsonPatch) -> Result<(), Problem> {
         return json_patch::patch(target, &patch.0).map_err(|e| failed(e.operation, e));
     };
     let before = budget::measure(target, usize::MAX).bytes;
-    let mut patched = target.clone();
+    let mut now = before;
     for (index, operation) in patch.0.iter().enumerate() {
-        json_patch::patch(&mut patched, std::slice::from_ref(operation)).map_err(|e| failed(index, e))?;
         let refused = |overrun: budget::Overrun| {
             Problem::field(format!("[{index}]"), format!("`{}`: {overrun}", operation_name(operation)))
         };
-        let now = budget.measure(&patched).map_err(refused)?;
-        budget.check_growth(before, now.bytes).map_err(refused)?;
+        if let PatchOperation::Copy(copy) = operation
+            && let Some(source) = target.pointer(copy.from.as_str())
+        {
+            let copied = budget.measure(source).map_err(refused)?.bytes;
+            budget.check_growth(before, now + copied).map_err(refused)?;
+        }
+        json_patch::patch(target, std::slice::from_ref(operation)).map_err(|e| failed(index, e))?;
+        now = budget.measure(target).map_err(refused)?.bytes;
+        budget.check_growth(before, now).map_err(refused)?;
     }
-    *target = patched;
     Ok(())
 }
 

@@ -152,9 +152,10 @@ impl Patches {
     }
 }
 
-/// The work charged for trying one patch target against one object: a few string and label
-/// comparisons.
-const TRY_COST: u64 = 16;
+/// The work charged for trying one patch target against one object: anchored regular
+/// expressions over its kind, name and namespace and its earlier names, and label selectors,
+/// about as long as walking 64 nodes of an object.
+const TRY_COST: u64 = 64;
 
 /// An object's id as a strategic merge patch names it: apiVersion, kind, name and effective
 /// namespace (`default` when none, empty for a cluster-scoped kind).
