@@ -10,6 +10,7 @@
 mod common;
 
 mod admission;
+mod budget;
 mod conflicts;
 mod controller;
 mod diff;
