@@ -200,7 +200,8 @@ pub fn load_source(args: &SourceArgs) -> Result<(Policy, ApplySet), Vec<Problem>
         None => Ok(Policy::default()),
         Some(path) => read_policy(path),
     };
-    let limits = Limits { max_file_bytes: args.max_file_bytes, max_total_bytes: args.max_total_bytes, ..Limits::default() };
+    let limits =
+        Limits { max_file_bytes: args.max_file_bytes, max_total_bytes: args.max_total_bytes, ..Limits::default() };
     // Keeps a fetched checkout alive until the tree is read; removed on drop.
     let mut _checkout = None;
     let synced = match remote::is_url(&args.source) {

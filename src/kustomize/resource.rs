@@ -85,7 +85,10 @@ impl Resource {
     pub fn recharge(&mut self) -> Result<(), Problem> {
         let Some(budget) = budget::current() else { return Ok(()) };
         let refused = |overrun: budget::Overrun| Problem::field("", overrun.to_string());
-        let kept = self.previous.iter().map(|p| p.name.len() + p.namespace.as_ref().map_or(0, String::len))
+        let kept = self
+            .previous
+            .iter()
+            .map(|p| p.name.len() + p.namespace.as_ref().map_or(0, String::len))
             .chain(self.prefixes.iter().chain(&self.suffixes).map(String::len))
             .map(|len| len as u64 + budget::NODE_BYTES)
             .sum::<u64>();

@@ -79,10 +79,14 @@ fn file_and_total_size_limits_are_enforced() {
     let scratch = Scratch::new("limits");
     scratch.write("a.yaml", &"a: 1\n".repeat(100));
     scratch.write("b.yaml", &"a: 1\n".repeat(100));
-    let per_file = read_tree(&scratch.repo(), &Limits { max_file_bytes: 100, max_total_bytes: 1 << 20, ..Limits::default() }).unwrap_err();
+    let per_file =
+        read_tree(&scratch.repo(), &Limits { max_file_bytes: 100, max_total_bytes: 1 << 20, ..Limits::default() })
+            .unwrap_err();
     assert_eq!(per_file.len(), 2);
     assert!(per_file[0].message.contains("files of at most 100 bytes"), "{}", per_file[0].message);
-    let total = read_tree(&scratch.repo(), &Limits { max_file_bytes: 1 << 20, max_total_bytes: 700, ..Limits::default() }).unwrap_err();
+    let total =
+        read_tree(&scratch.repo(), &Limits { max_file_bytes: 1 << 20, max_total_bytes: 700, ..Limits::default() })
+            .unwrap_err();
     assert_eq!(total.len(), 1);
     assert_eq!(total[0].file.as_deref(), Some("b.yaml"));
 }

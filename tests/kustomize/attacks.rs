@@ -122,9 +122,7 @@ fn a_json_patch_deepening_an_object_by_moves_is_refused_at_the_operation() {
         ops.push(r#"{"op": "move", "from": "/tmp", "path": "/data"}"#.to_owned());
     }
     let files = vec![
-        kustomization(
-            "resources: [cm.yaml]\npatches:\n- path: deepen.json\n  target: {kind: ConfigMap}\n",
-        ),
+        kustomization("resources: [cm.yaml]\npatches:\n- path: deepen.json\n  target: {kind: ConfigMap}\n"),
         one_config_map(),
         file("deepen.json", format!("[{}]", ops.join(",\n"))),
     ];
@@ -197,7 +195,10 @@ fn yaml_aliases_expanding_across_files_are_refused_at_the_budget() {
         writeln!(text, "a{level}: &a{level} [{}]", vec![previous.as_str(); 8].join(", ")).unwrap();
     }
     let object = |i: usize| {
-        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: bomb-{i}}}\ndata:\n  x: y\nbomb:\n  {}", text.replace('\n', "\n  "))
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: bomb-{i}}}\ndata:\n  x: y\nbomb:\n  {}",
+            text.replace('\n', "\n  ")
+        )
     };
     let files: Vec<SourceFile> = (0..30).map(|i| file(&format!("bomb-{i}.yaml"), object(i))).collect();
     let problem = refused_for(files, "more than 64 MiB of objects");
@@ -214,8 +215,11 @@ fn reserved_labels_on_thousands_of_objects_keep_a_bounded_number_of_problems() {
         .map(|n| {
             let mut text = String::new();
             for i in n * 1000..(n + 1) * 1000 {
-                writeln!(text, "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, labels: {{{labels}}}}}")
-                    .unwrap();
+                writeln!(
+                    text,
+                    "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, labels: {{{labels}}}}}"
+                )
+                .unwrap();
             }
             file(&format!("labels-{n}.yaml"), text)
         })
@@ -244,7 +248,8 @@ fn targeted_patches_times_objects_are_refused_at_the_work_budget() {
 
 #[test]
 fn too_many_objects_are_refused_at_the_file_that_crosses_the_limit() {
-    let files: Vec<SourceFile> = (0..11).map(|n| file(&format!("f{n:02}.yaml"), config_maps_from(n * 1000, 1000))).collect();
+    let files: Vec<SourceFile> =
+        (0..11).map(|n| file(&format!("f{n:02}.yaml"), config_maps_from(n * 1000, 1000))).collect();
     let problem = refused_for(files, "more than 10000 objects");
     assert_eq!(problem.file.as_deref(), Some("f10.yaml"));
 }

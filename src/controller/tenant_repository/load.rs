@@ -94,7 +94,9 @@ impl Loader {
         let at = if request.synced.is_empty() { ".".to_owned() } else { request.synced.clone() };
         let (loaded, overrun) = match tokio::time::timeout(limits.budget.deadline + ABANDON_GRACE, outcome).await {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => return Err(vec![Problem::field("", "the load stopped before it finished").located(&at, None, None)]),
+            Ok(Err(_)) => {
+                return Err(vec![Problem::field("", "the load stopped before it finished").located(&at, None, None)]);
+            }
             Err(_) => {
                 // The thread sees the flag at its next look at the clock and ends by itself.
                 abandon.store(true, Ordering::Relaxed);

@@ -467,8 +467,8 @@ impl Walk<'_> {
                     budget::charge(|b| b.count_objects(1))
                         .map_err(|overrun| vec![at(Problem::field("", overrun.to_string()))])?;
                     resources.push(Resource::from_document(
-                    document.value,
-                    Origin::Document { file: path.to_owned(), index: document.index, line: document.line },
+                        document.value,
+                        Origin::Document { file: path.to_owned(), index: document.index, line: document.line },
                     ))
                 }
                 // Once a document is refused the file is: later ones are only checked (and at most a

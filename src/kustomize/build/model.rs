@@ -174,7 +174,10 @@ fn read(raw: Value, file: &str) -> Result<Kustomization, Vec<Problem>> {
         if added.len() > MAX_AFFIX {
             problems.push(
                 field,
-                format!("is {} characters long; a name has at most 253, so at most {MAX_AFFIX} may be added", added.len()),
+                format!(
+                    "is {} characters long; a name has at most 253, so at most {MAX_AFFIX} may be added",
+                    added.len()
+                ),
             );
         }
     }

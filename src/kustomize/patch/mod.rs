@@ -407,7 +407,8 @@ impl Patch {
     /// Whether `object` answers to this patch by `test`, charged to the revision's work budget:
     /// patches × objects is the one product a tenant controls, so it is paid for.
     fn tries<T: Patched>(&self, object: &T, test: impl Fn(&T) -> bool) -> Result<bool, Problem> {
-        budget::charge(|b| b.charge_work(TRY_COST)).map_err(|overrun| Problem::field(&self.field, overrun.to_string()))?;
+        budget::charge(|b| b.charge_work(TRY_COST))
+            .map_err(|overrun| Problem::field(&self.field, overrun.to_string()))?;
         Ok(test(object))
     }
 
