@@ -3,11 +3,12 @@
 //! arguments, same loader), then every tenant object is server-side dry-run as the controller
 //! would apply it: as the tenant's ServiceAccount (impersonated when the caller may, else as the
 //! caller, said on stderr), with the tenant field manager and strict field validation. Each
-//! result is compared with the live object, noise stripped and Secret values masked as `kubectl
-//! diff` masks them. The children the controller renders for every CDTarget are previewed too:
-//! server-side dry-run with the controller's field manager when the caller may write them, else
-//! compared client-side (the fields the controller sets, against the live object), and each says
-//! which. Prunes come from the inventory of the registration's `SyncStatus` in the namespace.
+//! result is compared with the live object, noise stripped and every Secret masked: its keys and
+//! whether each value changes, nothing that can carry its data (see [`mask_secret`]). The
+//! children the controller renders for every CDTarget are previewed too: server-side dry-run
+//! with the controller's field manager when the caller may write them, else compared client-side
+//! (the fields the controller sets, against the live object), and each says which. Prunes come
+//! from the inventory of the registration's `SyncStatus` in the namespace.
 //!
 //! Exit codes as `kubectl diff`: 0 no differences, 1 differences, 2 an error (bad input, an
 //! object the API server refuses, no cluster), with the located problems on stderr.
@@ -428,14 +429,13 @@ async fn inventory(
 
 /// The change from `live` to `after` (both as the API server returned them), if any.
 pub fn compare(entry: &InventoryEntry, live: Option<Value>, after: Value, preview: Preview) -> Option<Change> {
-    let mut before = live.map(|live| normalize(&live));
-    let mut after = Some(normalize(&after));
-    if before == after {
+    let before = live.map(|live| normalize(&live));
+    let after = normalize(&after);
+    if before.as_ref() == Some(&after) {
         return None;
     }
     let action = if before.is_some() { Action::Change } else { Action::Create };
-    mask_secret(&entry.kind, &mut before, &mut after);
-    Some(change(entry, action, preview, before.as_ref(), after.as_ref()))
+    Some(change(entry, action, preview, before, Some(after)))
 }
 
 /// The change of a child the caller may not dry-run: only the fields the controller sets
@@ -444,30 +444,31 @@ pub fn compare(entry: &InventoryEntry, live: Option<Value>, after: Value, previe
 pub fn compare_client_side(entry: &InventoryEntry, live: Option<Value>, desired: &Value) -> Option<Change> {
     let desired = normalize(desired);
     match live {
-        None => Some(change(entry, Action::Create, Preview::ClientSide, None, Some(&desired))),
+        None => Some(change(entry, Action::Create, Preview::ClientSide, None, Some(desired))),
         Some(live) if live_matches(&desired, &live) => None,
         Some(live) => {
             let before = project(&live, &desired);
-            Some(change(entry, Action::Change, Preview::ClientSide, Some(&before), Some(&desired)))
+            Some(change(entry, Action::Change, Preview::ClientSide, Some(before), Some(desired)))
         }
     }
 }
 
 /// The prune of `live`.
 pub fn prune(entry: &InventoryEntry, live: Value) -> Option<Change> {
-    let mut before = Some(normalize(&live));
-    let mut after = None;
-    mask_secret(&entry.kind, &mut before, &mut after);
-    Some(change(entry, Action::Prune, Preview::Live, before.as_ref(), None))
+    Some(change(entry, Action::Prune, Preview::Live, Some(normalize(&live)), None))
 }
 
+/// Every preview is made here, so a Secret is masked whichever way it was compared.
 fn change(
     entry: &InventoryEntry,
     action: Action,
     preview: Preview,
-    before: Option<&Value>,
-    after: Option<&Value>,
+    before: Option<Value>,
+    after: Option<Value>,
 ) -> Change {
+    let secret = entry.kind == SECRET
+        || [&before, &after].into_iter().flatten().any(|side| side.get("kind").and_then(Value::as_str) == Some(SECRET));
+    let (before, after) = if secret { mask_secret(before.as_ref(), after.as_ref()) } else { (before, after) };
     Change {
         action,
         api_version: entry.api_version.clone(),
@@ -475,7 +476,7 @@ fn change(
         namespace: entry.namespace.clone(),
         name: entry.name.clone(),
         preview,
-        diff: unified(entry, before, after),
+        diff: unified(entry, before.as_ref(), after.as_ref()),
     }
 }
 
@@ -509,35 +510,94 @@ pub fn normalize(object: &Value) -> Value {
     object
 }
 
-/// Secret values replaced as `kubectl diff` replaces them: `***` where both sides hold the same
-/// value, `*** (before)` and `*** (after)` where it changes. Nothing of a value is shown.
-pub fn mask_secret(kind: &str, before: &mut Option<Value>, after: &mut Option<Value>) {
-    if kind != "Secret" {
-        return;
+// === Secrets ===
+
+/// The kind whose previews are masked.
+const SECRET: &str = "Secret";
+
+/// How a preview shows one field of a Secret.
+#[derive(Clone, Copy)]
+enum Shown {
+    /// As it is: it cannot hold the Secret's data.
+    AsIs,
+    /// A map: its keys, each value shown as the rule says.
+    Fields(fn(&str) -> Shown),
+    /// Only a mask saying whether it changes: it may hold data.
+    Masked,
+}
+
+/// The allow-list of a Secret's top-level fields; whatever it does not name is masked, so a
+/// field added to Secrets later cannot leak through a preview.
+fn secret_field(name: &str) -> Shown {
+    match name {
+        "apiVersion" | "kind" | "type" | "immutable" => Shown::AsIs,
+        "metadata" => Shown::Fields(secret_metadata_field),
+        "data" | "stringData" => Shown::Fields(|_| Shown::Masked),
+        _ => Shown::Masked,
     }
-    for field in ["data", "stringData"] {
-        let old = before.as_ref().and_then(|b| b.get(field)).and_then(Value::as_object).cloned().unwrap_or_default();
-        let new = after.as_ref().and_then(|a| a.get(field)).and_then(Value::as_object).cloned().unwrap_or_default();
-        let masked = |side: &Map<String, Value>, other: &Map<String, Value>, label: &str| -> Map<String, Value> {
-            side.iter()
-                .map(|(key, value)| {
-                    let shown = match other.get(key) {
-                        Some(same) if same == value => "***".to_owned(),
-                        Some(_) => format!("*** ({label})"),
-                        None => "***".to_owned(),
-                    };
-                    (key.clone(), Value::String(shown))
-                })
-                .collect()
-        };
-        let (old_masked, new_masked) = (masked(&old, &new, "before"), masked(&new, &old, "after"));
-        for (side, masked) in [(before.as_mut(), old_masked), (after.as_mut(), new_masked)] {
-            if let Some(map) = side.and_then(Value::as_object_mut)
-                && map.contains_key(field)
-            {
-                map.insert(field.into(), Value::Object(masked));
+}
+
+/// The allow-list of a Secret's metadata. Annotations show their keys only: any tool may store
+/// data there, `kubectl apply` the whole manifest (`last-applied-configuration`).
+fn secret_metadata_field(name: &str) -> Shown {
+    match name {
+        "name"
+        | "namespace"
+        | "generateName"
+        | "labels"
+        | "ownerReferences"
+        | "finalizers"
+        | "deletionTimestamp"
+        | "deletionGracePeriodSeconds" => Shown::AsIs,
+        "annotations" => Shown::Fields(|_| Shown::Masked),
+        _ => Shown::Masked,
+    }
+}
+
+/// A Secret as a preview may show it, both sides at once: its `apiVersion`, `kind`, `type`,
+/// `immutable`, `metadata.name`, `namespace`, `labels` (and the other identity and lifecycle
+/// metadata) as they are; the keys of `data`, `stringData` and `metadata.annotations` with every
+/// value replaced as `kubectl diff` replaces data values, `***` where both sides hold the same
+/// value or only one side has the key, `*** (before)` and `*** (after)` where it changes; any
+/// other field (`managedFields`, a field unknown today) replaced whole the same way. Nothing
+/// that can carry the Secret's data is shown, and a change is never hidden.
+pub fn mask_secret(before: Option<&Value>, after: Option<&Value>) -> (Option<Value>, Option<Value>) {
+    let (old, new) = masked_fields(before.and_then(Value::as_object), after.and_then(Value::as_object), secret_field);
+    (before.map(|_| Value::Object(old)), after.map(|_| Value::Object(new)))
+}
+
+/// The fields of both sides of a map, each shown as `rule` says.
+fn masked_fields(
+    before: Option<&Map<String, Value>>,
+    after: Option<&Map<String, Value>>,
+    rule: fn(&str) -> Shown,
+) -> (Map<String, Value>, Map<String, Value>) {
+    let empty = Map::new();
+    let (before, after) = (before.unwrap_or(&empty), after.unwrap_or(&empty));
+    let (mut old, mut new) = (Map::new(), Map::new());
+    for key in before.keys().chain(after.keys()).collect::<BTreeSet<_>>() {
+        let (was, will) = (before.get(key), after.get(key));
+        let maps = [was, will].into_iter().flatten().all(Value::is_object);
+        let (was, will) = match rule(key) {
+            Shown::AsIs => (was.cloned(), will.cloned()),
+            Shown::Fields(inner) if maps => {
+                let (a, b) = masked_fields(was.and_then(Value::as_object), will.and_then(Value::as_object), inner);
+                (was.map(|_| Value::Object(a)), will.map(|_| Value::Object(b)))
             }
-        }
+            Shown::Fields(_) | Shown::Masked => masks(was, will),
+        };
+        old.extend(was.map(|value| (key.clone(), value)));
+        new.extend(will.map(|value| (key.clone(), value)));
+    }
+    (old, new)
+}
+
+/// The masks of one value on both sides, as `kubectl diff` writes them.
+fn masks(before: Option<&Value>, after: Option<&Value>) -> (Option<Value>, Option<Value>) {
+    let mask = |text: &str| Some(Value::String(text.to_owned()));
+    match (before, after) {
+        (Some(was), Some(will)) if was != will => (mask("*** (before)"), mask("*** (after)")),
+        (was, will) => (was.and(mask("***")), will.and(mask("***"))),
     }
 }
 
@@ -604,6 +664,95 @@ mod tests {
         let pruned =
             prune(&entry("Secret"), json!({"kind": "Secret", "data": {"k": "c2VjcmV0LTE="}})).expect("a prune");
         assert!(!pruned.diff.contains("c2VjcmV0LTE="), "{}", pruned.diff);
+    }
+
+    /// A Secret as client-side `kubectl apply` leaves it: the manifest, values and all, in the
+    /// `last-applied-configuration` annotation (`data` base64, `stringData` plain).
+    fn applied_with_kubectl(name: &str, password: &str, note: &str) -> Value {
+        use base64::Engine as _;
+        let manifest = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"annotations": {"example.com/note": note}, "name": name, "namespace": "team-a"}, "stringData": {"password": password}, "type": "Opaque"});
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": "team-a", "uid": "u", "resourceVersion": "1",
+                "annotations": {"example.com/note": note, "kubectl.kubernetes.io/last-applied-configuration": format!("{manifest}\n")},
+                "managedFields": [{"manager": "kubectl-client-side-apply", "fieldsV1": {"f:data": {"f:password": {}}}}]},
+            "data": {"password": base64::engine::general_purpose::STANDARD.encode(password)}})
+    }
+
+    /// Whether `text` holds `value`, plain or base64.
+    fn shows(text: &str, value: &str) -> bool {
+        use base64::Engine as _;
+        text.contains(value) || text.contains(&base64::engine::general_purpose::STANDARD.encode(value))
+    }
+
+    #[test]
+    fn a_secret_applied_with_kubectl_shows_no_value_in_a_change_a_create_or_a_prune() {
+        let live = applied_with_kubectl("x", "old-password", "old-note");
+        let rotated = applied_with_kubectl("x", "new-password", "new-note");
+        let previews = [
+            compare(&entry("Secret"), Some(live.clone()), rotated.clone(), Preview::ServerDryRun).expect("a change"),
+            compare(&entry("Secret"), None, rotated, Preview::ServerDryRun).expect("a create"),
+            prune(&entry("Secret"), live).expect("a prune"),
+        ];
+        assert_eq!(previews.each_ref().map(|p| p.action), [Action::Change, Action::Create, Action::Prune]);
+        for preview in &previews {
+            let json = serde_json::to_string(preview).expect("JSON");
+            for value in ["old-password", "new-password", "old-note", "new-note"] {
+                assert!(!shows(&preview.diff, value) && !shows(&json, value), "{value} shown:\n{}", preview.diff);
+            }
+            assert!(preview.diff.contains("kubectl.kubernetes.io/last-applied-configuration: "), "{}", preview.diff);
+            assert!(!preview.diff.contains("managedFields"), "{}", preview.diff);
+        }
+    }
+
+    #[test]
+    fn a_secret_shows_its_keys_as_is_and_every_value_or_unknown_field_as_a_mask_of_whether_it_changes() {
+        let before = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": false,
+            "metadata": {"name": "x", "namespace": "team-a", "labels": {"app": "web"}, "finalizers": ["f"],
+                "annotations": {"same": "s", "rotated": "r1", "dropped": "d"}, "managedFields": [{"manager": "m"}]},
+            "data": {"same": "czE=", "rotated": "cjE="}, "stringData": {"plain": "p1"}, "future": {"holds": "data"}});
+        let after = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": true,
+            "metadata": {"name": "x", "namespace": "team-a", "labels": {"app": "web"}, "finalizers": ["f"],
+                "annotations": {"same": "s", "rotated": "r2", "added": "a"}, "managedFields": [{"manager": "m"}]},
+            "data": {"same": "czE=", "rotated": "cjI=", "added": "YQ=="}, "future": {"holds": "other"}});
+        let (masked_before, masked_after) = mask_secret(Some(&before), Some(&after));
+        assert_eq!(
+            masked_before,
+            Some(json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": false,
+                "metadata": {"name": "x", "namespace": "team-a", "labels": {"app": "web"}, "finalizers": ["f"],
+                    "annotations": {"same": "***", "rotated": "*** (before)", "dropped": "***"}, "managedFields": "***"},
+                "data": {"same": "***", "rotated": "*** (before)"}, "stringData": {"plain": "***"}, "future": "*** (before)"}))
+        );
+        assert_eq!(
+            masked_after,
+            Some(json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": true,
+                "metadata": {"name": "x", "namespace": "team-a", "labels": {"app": "web"}, "finalizers": ["f"],
+                    "annotations": {"same": "***", "rotated": "*** (after)", "added": "***"}, "managedFields": "***"},
+                "data": {"same": "***", "rotated": "*** (after)", "added": "***"}, "future": "*** (after)"}))
+        );
+        // One side only (a create, a prune): every value `***`, the shape kept.
+        let (none, created) = mask_secret(None, Some(&after));
+        assert_eq!(none, None);
+        assert_eq!(created.as_ref().and_then(|c| c.pointer("/data/rotated")), Some(&json!("***")));
+        // Data where a map belongs is masked whole.
+        let odd = json!({"kind": "Secret", "data": "c2VjcmV0", "metadata": {"annotations": ["c2VjcmV0"]}});
+        assert_eq!(
+            mask_secret(Some(&odd), None).0,
+            Some(json!({"kind": "Secret", "data": "***", "metadata": {"annotations": "***"}}))
+        );
+    }
+
+    #[test]
+    fn a_secret_compared_client_side_is_masked_too() {
+        let desired =
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}, "data": {"k": "c2VjcmV0LTE="}});
+        let live =
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}, "data": {"k": "c2VjcmV0LTI="}});
+        let created = compare_client_side(&entry("Secret"), None, &desired).expect("a create");
+        let changed = compare_client_side(&entry("Secret"), Some(live), &desired).expect("a change");
+        for preview in [created, changed] {
+            assert!(!preview.diff.contains("c2VjcmV0"), "{}", preview.diff);
+            assert!(preview.diff.contains("k: "), "{}", preview.diff);
+        }
     }
 
     #[test]

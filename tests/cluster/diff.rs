@@ -9,15 +9,15 @@ use std::time::Instant;
 
 use cdtarget::api::CDTarget;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::cluster::{
     CDTARGET, CONFIG_MAP, PLATFORM_NAMESPACE, Tenant, await_established, exists, installed_cluster, path_str, ready,
     shared_controller,
 };
-use crate::common::{TestDir, test_dir};
+use crate::common::{ControlPlane, TestDir, test_dir};
 use crate::kit::kubectl_file;
 
 /// A tenant Secret from Git, with a value that must never be printed.
@@ -67,6 +67,29 @@ fn text(bytes: &[u8]) -> String {
 /// The lines a diff adds or removes, without its headers.
 fn changed_lines(diff: &str) -> Vec<&str> {
     diff.lines().filter(|l| l.starts_with(['+', '-']) && !l.starts_with("+++") && !l.starts_with("---")).collect()
+}
+
+/// The CDTarget's `apiVersion`.
+const CDTARGET_API: &str = "cdtarget.io/v1alpha1";
+
+/// Records `entries` (apiVersion, kind, name) of namespace `ns` as the inventory of the
+/// namespace's one SyncStatus, as the controller would after applying them.
+fn record_inventory(cluster: &ControlPlane, ns: &str, entries: &[(&str, &str, &str)]) {
+    await_established(cluster, &["crd/syncstatuses.cdtarget.io"]);
+    let status = format!(
+        "apiVersion: {CDTARGET_API}\nkind: SyncStatus\nmetadata:\n  name: {ns}\n  namespace: {ns}\nspec:\n  registration: {{namespace: {PLATFORM_NAMESPACE}, name: {ns}}}\n  url: git://example/tenant.git\n"
+    );
+    kubectl_file(cluster, &cluster.admin_kubeconfig(), "apply", &status, &[]).success();
+    let inventory: Vec<Value> = entries
+        .iter()
+        .map(
+            |(api_version, kind, name)| json!({"apiVersion": api_version, "kind": kind, "namespace": ns, "name": name}),
+        )
+        .collect();
+    let patch = json!({"status": {"inventory": inventory}}).to_string();
+    cluster
+        .kubectl(&["patch", "syncstatus", ns, "-n", ns, "--subresource=status", "--type=merge", "-p", &patch])
+        .success();
 }
 
 #[tokio::test]
@@ -143,17 +166,15 @@ async fn diff_previews_creates_changes_and_prunes_as_the_tenant_with_kubectl_dif
     );
 
     // Prunes, from the SyncStatus inventory (written here as the controller would).
-    await_established(cluster, &["crd/syncstatuses.cdtarget.io"]);
-    let status = format!(
-        "apiVersion: cdtarget.io/v1alpha1\nkind: SyncStatus\nmetadata:\n  name: {ns}\n  namespace: {ns}\nspec:\n  registration: {{namespace: {PLATFORM_NAMESPACE}, name: {ns}}}\n  url: git://example/tenant.git\n"
+    record_inventory(
+        cluster,
+        ns,
+        &[
+            ("v1", "ConfigMap", "pipeline-settings"),
+            ("v1", "Secret", "app-credentials"),
+            (CDTARGET_API, "CDTarget", "deploy-agents"),
+        ],
     );
-    kubectl_file(cluster, &admin, "apply", &status, &[]).success();
-    let inventory = format!(
-        r#"{{"status":{{"inventory":[{{"apiVersion":"v1","kind":"ConfigMap","namespace":"{ns}","name":"pipeline-settings"}},{{"apiVersion":"v1","kind":"Secret","namespace":"{ns}","name":"app-credentials"}},{{"apiVersion":"cdtarget.io/v1alpha1","kind":"CDTarget","namespace":"{ns}","name":"deploy-agents"}}]}}}}"#
-    );
-    cluster
-        .kubectl(&["patch", "syncstatus", ns, "-n", ns, "--subresource=status", "--type=merge", "-p", &inventory])
-        .success();
     let without_secret = tree(&[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
     let out = diff(without_secret.path(), ns, &admin, &["-o", "json"]).await;
     assert_eq!(out.status.code(), Some(1));
@@ -253,4 +274,100 @@ async fn the_documented_ci_service_account_previews_with_dry_runs_and_cannot_wri
     for name in ["pipeline-settings", "stolen"] {
         assert!(maps.get_opt(name).await.expect("get").is_none(), "{name} exists");
     }
+}
+
+/// The annotation in which client-side `kubectl apply` keeps the manifest it applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn base64(value: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(value)
+}
+
+/// A Secret as written by hand, `password` in `stringData`, `token` in `data` (base64), and an
+/// annotation holding a value too, as some tools keep one.
+fn by_hand(name: &str, password: &str, token: &str, note: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  annotations:\n    example.com/note: {note}\ntype: Opaque\nstringData:\n  password: {password}\ndata:\n  token: {}\n",
+        base64(token)
+    )
+}
+
+#[tokio::test]
+async fn a_secret_applied_with_kubectl_shows_no_value_in_a_change_a_create_or_a_prune_text_or_json() {
+    let test = "a_secret_applied_with_kubectl_shows_no_value_in_a_change_a_create_or_a_prune_text_or_json";
+    let Some((cluster, _)) = installed_cluster(test) else { return };
+    // Suspended: the controller applies nothing; the Secrets are kubectl's alone.
+    let tenant = Tenant::onboard_with(cluster, &[("deploy/settings.yaml", CONFIG_MAP)], "  suspend: true\n");
+    let ns = tenant.ns.as_str();
+    let admin = cluster.admin_kubeconfig();
+    // Real client-side `kubectl apply` (not --server-side), as the examples invite.
+    let live_values = ["pw-by-hand-1", "tk-by-hand-1", "nt-by-hand-1"];
+    let [password, token, note] = live_values;
+    kubectl_file(cluster, &admin, "apply", &by_hand("by-hand", password, token, note), &["-n", ns]).success();
+    let pruned_values = ["pw-left-behind-2", "tk-left-behind-2", "nt-left-behind-2"];
+    let [password, token, note] = pruned_values;
+    kubectl_file(cluster, &admin, "apply", &by_hand("left-behind", password, token, note), &["-n", ns]).success();
+    // The premise: kubectl's annotation holds the values, the password plain.
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(cluster.admin_client().await, ns);
+    let live = secrets.get("by-hand").await.expect("the Secret applied by hand");
+    let last_applied =
+        live.metadata.annotations.as_ref().and_then(|a| a.get(LAST_APPLIED)).cloned().unwrap_or_default();
+    assert!(last_applied.contains("pw-by-hand-1") && last_applied.contains(&base64("tk-by-hand-1")), "{last_applied}");
+
+    // A change (password and note rotated, token kept); a create of the Secret as `kubectl get
+    // -o yaml` shows it, under a new name, annotation and all; the other Secret left out: a prune.
+    let rotated_values = ["pw-rotated-3", "nt-rotated-3"];
+    let mut exported = serde_json::to_value(&live).expect("the Secret as JSON");
+    let metadata = exported["metadata"].as_object_mut().expect("metadata");
+    for server in ["uid", "resourceVersion", "creationTimestamp", "managedFields", "namespace"] {
+        metadata.remove(server);
+    }
+    metadata.insert("name".into(), json!("exported"));
+    let changed = tree(&[
+        ("deploy/by-hand.yaml", &by_hand("by-hand", rotated_values[0], "tk-by-hand-1", rotated_values[1])),
+        ("deploy/exported.yaml", &cdtarget::yaml::to_yaml(&exported)),
+    ]);
+    record_inventory(cluster, ns, &[("v1", "Secret", "by-hand"), ("v1", "Secret", "left-behind")]);
+
+    let values: Vec<&str> = live_values.iter().chain(&pruned_values).chain(&rotated_values).copied().collect();
+    let shown = |out: &Output| -> Vec<String> {
+        let whole = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        values.iter().filter(|v| whole.contains(**v) || whole.contains(&base64(v))).map(|v| v.to_string()).collect()
+    };
+    let out = diff(changed.path(), ns, &admin, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(shown(&out), Vec::<String>::new(), "Secret values in the text output");
+    let stdout = text(&out.stdout);
+    for name in ["by-hand", "exported", "left-behind"] {
+        assert!(stdout.contains(&format!("diff -u -N live/v1.Secret.{ns}.{name} ")), "no {name}:\n{stdout}");
+    }
+
+    let out = diff(changed.path(), ns, &admin, &["-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(shown(&out), Vec::<String>::new(), "Secret values in the JSON output");
+    let entries: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    let mut previews: Vec<(&str, &str)> =
+        entries.iter().map(|e| (e["action"].as_str().unwrap_or(""), e["name"].as_str().unwrap_or(""))).collect();
+    previews.sort();
+    assert_eq!(previews, [("change", "by-hand"), ("create", "exported"), ("prune", "left-behind")], "{entries:#?}");
+    for entry in &entries {
+        let diff = entry["diff"].as_str().unwrap_or_default();
+        assert!(diff.contains(&format!("{LAST_APPLIED}: ")), "the annotation's key is shown: {diff}");
+    }
+    // What a reviewer still learns: which values change, not what they hold.
+    let change = entries.iter().find(|e| e["action"] == "change").and_then(|e| e["diff"].as_str()).unwrap_or_default();
+    let mut changed_keys: Vec<String> =
+        changed_lines(change).into_iter().map(|line| line.replace(['\'', '"'], "")).collect();
+    changed_keys.sort();
+    assert_eq!(
+        changed_keys,
+        [
+            "+    example.com/note: *** (after)",
+            "+  password: *** (after)",
+            "-    example.com/note: *** (before)",
+            "-  password: *** (before)",
+        ],
+        "{change}"
+    );
 }
