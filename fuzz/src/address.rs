@@ -2,8 +2,9 @@
 //!
 //! Invariants: no panic; whatever is accepted is canonical (its text parses back to the same
 //! network) and reaches no forbidden range of the default policy, in any spelling: directly,
-//! or as IPv4 behind an IPv4-mapped, IPv4-compatible or NAT64 IPv6 form, which a CNI or a
-//! translator turns back into IPv4.
+//! as IPv4 behind an IPv4-mapped, IPv4-compatible or NAT64 IPv6 form, which a CNI or a
+//! translator turns back into IPv4, or as the IPv4 address a 6to4 (`2002::/16`) or Teredo
+//! (`2001::/32`, server or client) address embeds, to which a tunnel carries its traffic.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -28,6 +29,11 @@ const EMBEDDING_V4: [(Ipv6Addr, u8); 3] = [
 ];
 /// NAT64 local-use prefix (RFC 8215): any IPv4 address can sit behind it, in several layouts.
 const NAT64_LOCAL: (Ipv6Addr, u8) = (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48);
+/// 6to4 (RFC 3056): the IPv4 address the traffic is tunnelled to is in bits 16–47.
+const SIX_TO_FOUR: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16);
+/// Teredo (RFC 4380): the server's IPv4 address in bits 32–63, the client's in the last 32 bits,
+/// inverted; the traffic is tunnelled to either.
+const TEREDO: (Ipv6Addr, u8) = (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32);
 
 /// The fuzz target: every line of the input is one `spec.ip` entry, and also one nameserver.
 pub fn check(data: &[u8]) {
@@ -145,7 +151,7 @@ pub fn forbidden_reached(net: &IpNet, forbidden: &[IpNet]) -> Option<(IpNet, IpN
     reached.into_iter().find_map(|r| forbidden.iter().find(|f| overlaps(&r, f)).map(|f| (r, *f)))
 }
 
-/// The IPv4 networks an IPv6 network reaches through the translating prefixes.
+/// The IPv4 networks an IPv6 network reaches through the translating prefixes and the tunnels.
 fn ipv4_reached(net: &Ipv6Net) -> Vec<Ipv4Net> {
     let everything = Ipv4Net::new(Ipv4Addr::UNSPECIFIED, 0).expect("/0 is a prefix");
     let mut reached = Vec::new();
@@ -160,6 +166,27 @@ fn ipv4_reached(net: &Ipv6Net) -> Vec<Ipv4Net> {
     }
     let local = Ipv6Net::new(NAT64_LOCAL.0, NAT64_LOCAL.1).expect("a valid prefix");
     if local.contains(net) || net.contains(&local) {
+        reached.push(everything);
+    }
+    // The 32 bits from IPv6 bit `start` on, as far as the prefix fixes them (open bits stay open
+    // when inverted).
+    let bits = u128::from(net.network());
+    let embedded = |start: u8, inverted: bool| {
+        let v4 = (bits >> (96 - u32::from(start))) as u32;
+        let v4 = if inverted { !v4 } else { v4 };
+        let fixed = net.prefix_len().saturating_sub(start).min(32);
+        Ipv4Net::new(Ipv4Addr::from(v4), fixed).expect("at most /32").trunc()
+    };
+    let six_to_four = Ipv6Net::new(SIX_TO_FOUR.0, SIX_TO_FOUR.1).expect("a valid prefix");
+    if six_to_four.contains(net) {
+        reached.push(embedded(16, false));
+    } else if net.contains(&six_to_four) {
+        reached.push(everything);
+    }
+    let teredo = Ipv6Net::new(TEREDO.0, TEREDO.1).expect("a valid prefix");
+    if teredo.contains(net) {
+        reached.extend([embedded(32, false), embedded(96, true)]);
+    } else if net.contains(&teredo) {
         reached.push(everything);
     }
     reached
@@ -185,6 +212,19 @@ mod tests {
             assert!(forbidden_reached(&net(spelling), &forbidden).is_some(), "{spelling}");
         }
         assert!(forbidden_reached(&net("64:ff9b:1::/64"), &forbidden).is_some());
+        // 6to4 and Teredo (server, then client inverted), and networks leaving those bits open.
+        for tunnelled in [
+            "2002:a9fe:a9fe::1/128",
+            "2002:a9fe::/32",
+            "2001:0:a9fe:a9fe::/64",
+            "2001:0:cb00:7107:8000:0:5601:5601/128",
+            "2001:0:cb00:7107::/64",
+            "2000::/3",
+        ] {
+            assert!(forbidden_reached(&net(tunnelled), &forbidden).is_some(), "{tunnelled}");
+        }
+        assert!(forbidden_reached(&net("2002:cb00:7107::/48"), &forbidden).is_none());
+        assert!(forbidden_reached(&net("2001:0:cb00:7107:8000:0:f4ff:fff8/128"), &forbidden).is_none());
         assert!(forbidden_reached(&net("2001:db8::/64"), &forbidden).is_none());
         assert!(forbidden_reached(&net("::ffff:10.0.0.0/120"), &forbidden).is_none());
     }

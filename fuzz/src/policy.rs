@@ -5,9 +5,9 @@
 //! Invariants: no panic; a refusal names the file; an accepted policy holds only values the
 //! renderer can trust (ports 1–65535 with ordered ranges and no duplicates, prefix bounds within
 //! the family, platform targets that are never every address and always name ports, a positive
-//! replica ceiling, a non-root user, a DNS namespace that is a label and DNS pods selected by at
-//! least one label, image prefixes without spaces); and a CDTarget rendered under it opens no
-//! address it forbids.
+//! replica ceiling, a non-root user, a DNS namespace that is a label, DNS pods selected by at
+//! least one label on at least one valid port, image prefixes without spaces); and a CDTarget
+//! rendered under it opens no address it forbids.
 
 use cdtarget::api::CDTarget;
 use cdtarget::policy::{self, Policy};
@@ -42,7 +42,8 @@ pub fn check(data: &[u8]) {
 
 fn check_policy(policy: &Policy) {
     let mut seen = Vec::new();
-    for port in policy.ports.iter().chain(policy.platform_targets.iter().flat_map(|t| &t.ports)) {
+    let dns_ports = policy.cluster_dns.iter().flat_map(|d| &d.ports);
+    for port in policy.ports.iter().chain(policy.platform_targets.iter().flat_map(|t| &t.ports)).chain(dns_ports) {
         assert!(port.port >= 1, "port 0 accepted");
         assert!(port.end_port.is_none_or(|end| end >= port.port), "range {port:?} ends before it starts");
     }
@@ -70,6 +71,7 @@ fn check_policy(policy: &Policy) {
             && !label.ends_with('-');
         assert!(is_label, "cluster DNS namespace `{label}` is no namespace name");
         assert!(!dns.pod_labels.is_empty(), "cluster DNS peer selects every pod");
+        assert!(!dns.ports.is_empty(), "cluster DNS rule opens every port");
     }
     for prefix in &policy.allowed_image_prefixes {
         assert!(!prefix.trim().is_empty() && !prefix.contains(char::is_whitespace), "image prefix `{prefix}`");

@@ -29,7 +29,8 @@ pub struct EgressDocument {
     pub min_prefix_length: MinPrefixLengthDocument,
     /// Ranges no tenant destination may overlap.
     pub forbidden: Vec<String>,
-    /// Allow UDP and TCP 53 to the cluster DNS pods.
+    /// Allow DNS egress: to the cluster DNS pods on `clusterDns.ports`, and to a CDTarget's
+    /// custom nameservers on UDP and TCP 53.
     pub dns: bool,
     /// Where the cluster DNS pods run.
     pub cluster_dns: ClusterDnsDocument,
@@ -99,6 +100,11 @@ impl PortDocument {
     pub fn tcp(port: i64) -> Self {
         PortDocument { port, end_port: None, protocol: None }
     }
+
+    /// A single port of `protocol` (`TCP`, `UDP` or `SCTP`), the protocol written out.
+    pub fn with_protocol(port: i64, protocol: &str) -> Self {
+        PortDocument { port, end_port: None, protocol: Some(protocol.into()) }
+    }
 }
 
 /// Minimum prefix lengths.
@@ -134,7 +140,7 @@ impl Default for MaxAddressesDocument {
     }
 }
 
-/// Selects the cluster DNS pods.
+/// Selects the cluster DNS pods and the ports they listen on.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterDnsDocument {
@@ -142,6 +148,10 @@ pub struct ClusterDnsDocument {
     pub namespace: String,
     /// Labels of the DNS pods; default `k8s-app: kube-dns`.
     pub pod_labels: BTreeMap<String, String>,
+    /// Ports the DNS pods themselves listen on (a NetworkPolicy sees the pod's port, not the
+    /// Service's: OpenShift's DNS pods listen on 5353 behind a Service on 53); default UDP and
+    /// TCP 53.
+    pub ports: Vec<PortDocument>,
 }
 
 impl Default for ClusterDnsDocument {
@@ -149,6 +159,7 @@ impl Default for ClusterDnsDocument {
         ClusterDnsDocument {
             namespace: "kube-system".into(),
             pod_labels: BTreeMap::from([("k8s-app".into(), "kube-dns".into())]),
+            ports: vec![PortDocument::with_protocol(53, "UDP"), PortDocument::with_protocol(53, "TCP")],
         }
     }
 }

@@ -9,6 +9,13 @@
 //! contain either range are refused outright (the CNI would match their IPv4 traffic), and so is
 //! anything overlapping one of the policy's NAT64 prefixes (a translator reaches every IPv4
 //! address through them).
+//!
+//! The tunnels that carry IPv6 over IPv4 embed IPv4 addresses too: 6to4 (`2002::/16`, RFC 3056:
+//! the relay's IPv4 address in bits 16–47) and Teredo (`2001::/32`, RFC 4380: the server's IPv4
+//! address in bits 32–63, the client's in the last 32 bits, inverted). Their addresses are real
+//! IPv6 destinations, so they keep their spelling, but an address or network whose embedded IPv4
+//! addresses overlap a forbidden range is refused; a network that only contains one of the
+//! ranges, or a Teredo network that leaves the client bits open, embeds every IPv4 address.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
@@ -25,6 +32,20 @@ pub const IPV4_MAPPED: Ipv6Net = match Ipv6Net::new(Ipv6Addr::new(0, 0, 0, 0, 0,
 
 /// The deprecated IPv4-compatible range `::/96` (RFC 4291 §2.5.5.1).
 pub const IPV4_COMPATIBLE: Ipv6Net = match Ipv6Net::new(Ipv6Addr::UNSPECIFIED, 96) {
+    Ok(net) => net,
+    Err(_) => panic!("a valid prefix"),
+};
+
+/// The 6to4 range `2002::/16` (RFC 3056): bits 16–47 are an IPv4 address the traffic is
+/// tunnelled to.
+pub const SIX_TO_FOUR: Ipv6Net = match Ipv6Net::new(Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16) {
+    Ok(net) => net,
+    Err(_) => panic!("a valid prefix"),
+};
+
+/// The Teredo range `2001::/32` (RFC 4380): bits 32–63 are the Teredo server's IPv4 address, the
+/// last 32 bits the client's, each bit inverted; the traffic is tunnelled to either.
+pub const TEREDO: Ipv6Net = match Ipv6Net::new(Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32) {
     Ok(net) => net,
     Err(_) => panic!("a valid prefix"),
 };
@@ -142,6 +163,12 @@ pub fn check(text: &str, purpose: Use, rules: &Rules<'_>) -> Result<IpNet, Strin
             _ => format!("{quoted} is in the forbidden range {forbidden}; use the service's host name"),
         });
     }
+    if purpose != Use::PlatformTarget
+        && let IpNet::V6(v6) = net
+        && let Some(problem) = tunnelled_into_forbidden(text, &v6, purpose, rules)
+    {
+        return Err(problem);
+    }
     if spelling != Spelling::Plain {
         return Err(format!(
             "`{text}` is an {} address; write the IPv4 form `{}` instead",
@@ -158,6 +185,89 @@ pub fn check(text: &str, purpose: Use, rules: &Rules<'_>) -> Result<IpNet, Strin
         ));
     }
     Ok(net)
+}
+
+/// What to do instead of an address that reaches a forbidden range, per use.
+fn choose_instead(purpose: Use) -> &'static str {
+    match purpose {
+        Use::Destination => "choose a destination outside it",
+        Use::Nameserver => "choose another nameserver",
+        Use::UrlHost | Use::PlatformTarget => "use the service's host name",
+    }
+}
+
+/// The problem with an IPv6 address or network whose traffic a 6to4 or Teredo tunnel carries
+/// into a forbidden range, naming what it reaches.
+fn tunnelled_into_forbidden(text: &str, net: &Ipv6Net, purpose: Use, rules: &Rules<'_>) -> Option<String> {
+    tunnelled(net).into_iter().find_map(|tunnelled| {
+        let v4 = IpNet::V4(tunnelled.v4);
+        let forbidden = rules.forbidden.iter().find(|f| cidr::overlaps(&v4, f))?;
+        let reached = match tunnelled.v4.prefix_len() {
+            0 => "every IPv4 address".to_owned(),
+            32 => tunnelled.v4.addr().to_string(),
+            _ => tunnelled.v4.to_string(),
+        };
+        let relation = if forbidden.contains(&v4) { "inside" } else { "overlapping" };
+        Some(format!(
+            "`{text}` reaches {reached}{} through the {} range {} (IPv6 tunnelled over IPv4), {relation} the forbidden range {forbidden}; {}",
+            tunnelled.role,
+            tunnelled.tunnel,
+            tunnelled.range,
+            choose_instead(purpose)
+        ))
+    })
+}
+
+/// An IPv4 network an IPv6 address or network reaches through a tunnel that embeds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tunnelled {
+    /// `6to4` or `Teredo`.
+    tunnel: &'static str,
+    /// The tunnel's range, as text.
+    range: &'static str,
+    /// Which embedded address it is, for the message (empty for 6to4's one).
+    role: &'static str,
+    /// The IPv4 addresses reached: one, a network, or `0.0.0.0/0` when the bits are open.
+    v4: Ipv4Net,
+}
+
+/// The IPv4 networks `net` embeds as 6to4 or Teredo: inside a range, the bits it fixes; around
+/// one, every IPv4 address.
+fn tunnelled(net: &Ipv6Net) -> Vec<Tunnelled> {
+    let every = Ipv4Net::new(Ipv4Addr::UNSPECIFIED, 0).expect("/0 is a prefix");
+    let bits = u128::from(net.network());
+    // The IPv4 network in the 32 bits ending `shift` bits from the right, fixed as far as the
+    // prefix reaches into them (bit 0 of the range being IPv6 bit `start`).
+    let embedded = |start: u8, shift: u32| -> Ipv4Net {
+        let fixed = net.prefix_len().saturating_sub(start).min(32);
+        let v4 = u32::try_from((bits >> shift) & u128::from(u32::MAX)).expect("32 bits");
+        Ipv4Net::new(Ipv4Addr::from(v4), fixed).expect("prefix within 0..=32").trunc()
+    };
+    let six_to_four = |v4| Tunnelled { tunnel: "6to4", range: "2002::/16", role: "", v4 };
+    let server =
+        |v4| Tunnelled { tunnel: "Teredo", range: "2001::/32", role: " (the Teredo server, bits 32–63)", v4 };
+    let client = |v4| Tunnelled {
+        tunnel: "Teredo",
+        range: "2001::/32",
+        role: " (the Teredo client, the last 32 bits inverted)",
+        v4,
+    };
+    let mut reached = Vec::new();
+    if SIX_TO_FOUR.contains(net) {
+        reached.push(six_to_four(embedded(16, 80)));
+    } else if net.contains(&SIX_TO_FOUR) {
+        reached.push(six_to_four(every));
+    }
+    if TEREDO.contains(net) {
+        reached.push(server(embedded(32, 64)));
+        // Inverted, the client's fixed bits stay fixed and its open bits stay open.
+        let low = embedded(96, 0);
+        let inverted = Ipv4Net::new(Ipv4Addr::from(!u32::from(low.addr())), low.prefix_len()).expect("same prefix");
+        reached.push(client(inverted.trunc()));
+    } else if net.contains(&TEREDO) {
+        reached.extend([server(every), client(every)]);
+    }
+    reached
 }
 
 /// Syntax: a single address for nameservers and URL hosts, an address or CIDR otherwise.
@@ -275,6 +385,84 @@ mod tests {
         assert!(e.contains("NAT64 prefix 64:ff9b::/96") && e.contains("(here 169.254.169.254)"), "{e}");
         assert!(check("64:ff9b:1:2::/64", Use::Destination, &rules).unwrap_err().contains("64:ff9b:1::/48"));
         assert!(check("64::/16", Use::Destination, &Rules { min_prefix_v6: 0, ..rules }).is_err());
+    }
+
+    #[test]
+    fn six_to_four_and_teredo_addresses_of_a_forbidden_address_are_refused_for_every_tenant_use() {
+        let forbidden = nets(&["169.254.0.0/16", "10.96.0.0/12"]);
+        let rules = rules(&forbidden, &[]);
+        let reaching = [
+            // 6to4 with 169.254.169.254 in bits 16–47, in any spelling.
+            ("2002:a9fe:a9fe::1", "reaches 169.254.169.254 through the 6to4 range 2002::/16"),
+            ("2002:A9FE:A9FE:0:0:0:0:53", "reaches 169.254.169.254 through the 6to4 range 2002::/16"),
+            ("2002:a60:1:ffff::1", "reaches 10.96.0.1 through the 6to4 range 2002::/16"),
+            // Teredo: the server 169.254.169.254 in bits 32–63, client 11.0.0.7 (inverted f4ff:fff8).
+            ("2001:0:a9fe:a9fe:8000:0:f4ff:fff8", "reaches 169.254.169.254 (the Teredo server, bits 32–63)"),
+            // Teredo: server 203.0.113.7, the client 169.254.169.254 inverted (5601:5601).
+            (
+                "2001:0:cb00:7107:8000:0:5601:5601",
+                "reaches 169.254.169.254 (the Teredo client, the last 32 bits inverted)",
+            ),
+        ];
+        for (text, reached) in reaching {
+            for purpose in [Use::Destination, Use::Nameserver, Use::UrlHost] {
+                let e = check(text, purpose, &rules).unwrap_err();
+                assert!(e.starts_with(&format!("`{text}` {reached}")), "{text} as {purpose:?}: {e}");
+                assert!(e.contains("(IPv6 tunnelled over IPv4), inside the forbidden range"), "{text}: {e}");
+            }
+        }
+        let e = check("2002:a9fe:a9fe:1::/64", Use::Destination, &rules).unwrap_err();
+        assert!(e.ends_with("inside the forbidden range 169.254.0.0/16; choose a destination outside it"), "{e}");
+        // A Teredo network as narrow as the policy allows still leaves every client open.
+        let e = check("2001:0:cb00:7107::/64", Use::Destination, &rules).unwrap_err();
+        assert!(e.contains("reaches every IPv4 address (the Teredo client, the last 32 bits inverted)"), "{e}");
+    }
+
+    #[test]
+    fn tunnel_networks_embedding_part_of_a_forbidden_range_are_refused() {
+        let forbidden = nets(&["169.254.0.0/16", "10.96.0.0/12"]);
+        let rules = Rules { min_prefix_v6: 0, ..rules(&forbidden, &[]) };
+        let cases = [
+            (
+                "2002:a60::/28",
+                "reaches 10.96.0.0/12 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), inside",
+            ),
+            (
+                "2002:a00::/24",
+                "reaches 10.0.0.0/8 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), overlapping",
+            ),
+            ("2002:a9fe:a9fe:8000::/49", "reaches 169.254.169.254 through the 6to4 range"),
+            ("2002::/16", "reaches every IPv4 address through the 6to4 range 2002::/16"),
+            ("2000::/3", "reaches every IPv4 address through the 6to4 range 2002::/16"),
+            ("2001:0:a9fe::/48", "reaches 169.254.0.0/16 (the Teredo server, bits 32–63)"),
+            ("2001:0:cb00:7107:8000::/96", "reaches every IPv4 address (the Teredo client"),
+            ("2001:0:cb00:7107:8000:0:5601:5600/120", "reaches 169.254.169.0/24 (the Teredo client"),
+            ("2001::/32", "reaches every IPv4 address (the Teredo server, bits 32–63)"),
+            ("2001::/16", "reaches every IPv4 address (the Teredo server, bits 32–63)"),
+        ];
+        for (text, reached) in cases {
+            let e = check(text, Use::Destination, &rules).unwrap_err();
+            assert!(e.starts_with(&format!("`{text}` {reached}")), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn tunnel_addresses_of_allowed_ipv4_addresses_are_accepted_as_written() {
+        let forbidden = nets(&["169.254.0.0/16", "10.96.0.0/12"]);
+        let rules = Rules { min_prefix_v6: 0, ..rules(&forbidden, &[]) };
+        // 6to4 of 203.0.113.7; Teredo with server 203.0.113.7 and client 11.0.0.7; a 6to4 /40
+        // of 203.0.113.0/24; a Teredo /120 whose clients are 11.0.0.0/24.
+        for text in [
+            "2002:cb00:7107::1",
+            "2001:0:cb00:7107:8000:0:f4ff:fff8",
+            "2002:cb00:7100::/40",
+            "2001:0:cb00:7107:8000:0:f4ff:ff00/120",
+        ] {
+            let net: IpNet = text.parse().or_else(|_| text.parse::<IpAddr>().map(IpNet::from)).unwrap();
+            assert_eq!(check(text, Use::Destination, &rules), Ok(net), "{text}");
+        }
+        // The admins' own platform targets may sit behind a tunnel to a forbidden range.
+        assert!(check("2002:a9fe:a9fe::/48", Use::PlatformTarget, &rules).is_ok());
     }
 
     #[test]

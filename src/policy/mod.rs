@@ -114,13 +114,15 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// Where the cluster DNS pods run.
+/// Where the cluster DNS pods run, and the ports they listen on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterDns {
     /// Their namespace.
     pub namespace: String,
     /// Their labels.
     pub pod_labels: BTreeMap<String, String>,
+    /// The ports of the pods (never empty): what the cluster DNS rule opens.
+    pub ports: Vec<Port>,
 }
 
 /// A destination every agent may reach.
@@ -324,7 +326,14 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
                 problems.push(format!("egress.clusterDns.podLabels.{key}"), e);
             }
         }
-        ClusterDns { namespace: dns.namespace.clone(), pod_labels: dns.pod_labels.clone() }
+        if dns.ports.is_empty() {
+            problems.push(
+                "egress.clusterDns.ports",
+                "must list the ports the DNS pods listen on, e.g. `{port: 53, protocol: UDP}` and `{port: 53, protocol: TCP}`; a rule without ports would open every port",
+            );
+        }
+        let ports = check_ports(&dns.ports, "egress.clusterDns.ports", &mut problems);
+        ClusterDns { namespace: dns.namespace.clone(), pod_labels: dns.pod_labels.clone(), ports }
     });
 
     let mut platform_targets = Vec::new();
@@ -490,7 +499,9 @@ mod tests {
         assert_eq!((policy.min_prefix_v4, policy.min_prefix_v6), (24, 64));
         let forbidden: Vec<String> = policy.forbidden.iter().map(cidr::canonical).collect();
         assert_eq!(forbidden, ["169.254.0.0/16", "fe80::/10"]);
-        assert!(policy.cluster_dns.is_some());
+        let dns = policy.cluster_dns.expect("DNS egress is on");
+        let dns_ports: Vec<(Protocol, u16)> = dns.ports.iter().map(|p| (p.protocol, p.port)).collect();
+        assert_eq!(dns_ports, [(Protocol::Udp, 53), (Protocol::Tcp, 53)]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Rules, each with explicit destinations and explicit ports (never an empty rule, never "all
 //! ports", never "all destinations"): the tenant's destinations on the policy's ports; DNS to
-//! the cluster DNS pods and to custom nameservers; the platform's always-allowed targets.
+//! the cluster DNS pods (on the policy's `clusterDns.ports`) and to custom nameservers (on 53);
+//! the platform's always-allowed targets.
 
 use std::collections::BTreeMap;
 
@@ -36,12 +37,14 @@ pub fn network_policy(valid: &ValidTarget<'_>, policy: &Policy) -> NetworkPolicy
     }
 }
 
+/// The ports of the custom nameserver rule: resolv.conf has no port, so a resolver is on 53.
+pub const NAMESERVER_PORTS: [Port; 2] = [
+    Port { protocol: Protocol::Udp, port: 53, end_port: None },
+    Port { protocol: Protocol::Tcp, port: 53, end_port: None },
+];
+
 fn dns_rules(valid: &ValidTarget<'_>, policy: &Policy) -> Vec<NetworkPolicyEgressRule> {
     let Some(dns) = &policy.cluster_dns else { return Vec::new() };
-    let dns_ports = [
-        Port { protocol: Protocol::Udp, port: 53, end_port: None },
-        Port { protocol: Protocol::Tcp, port: 53, end_port: None },
-    ];
     let mut rules = Vec::new();
     // With dnsPolicy None or Default the pods never ask the cluster DNS.
     if !matches!(valid.spec().dns_policy.as_deref(), Some("None" | "Default")) {
@@ -53,10 +56,11 @@ fn dns_rules(valid: &ValidTarget<'_>, policy: &Policy) -> Vec<NetworkPolicyEgres
             pod_selector: Some(LabelSelector { match_labels: Some(dns.pod_labels.clone()), ..Default::default() }),
             ip_block: None,
         };
-        rules.push(rule(vec![peer], &dns_ports));
+        // The pods' own ports: the policy is matched after the DNS Service has forwarded.
+        rules.push(rule(vec![peer], &dns.ports));
     }
     if !valid.nameservers.is_empty() {
-        rules.push(rule(ip_peers(&valid.nameservers), &dns_ports));
+        rules.push(rule(ip_peers(&valid.nameservers), &NAMESERVER_PORTS));
     }
     rules
 }

@@ -12,7 +12,7 @@ use crate::api::cdtarget::limits;
 use crate::api::labels::RESERVED_PREFIXES;
 use crate::api::{CDTarget, CDTargetSpec, names};
 use crate::policy::address::{self, Use};
-use crate::policy::{Policy, outbound};
+use crate::policy::{Policy, Port, Protocol, outbound};
 use crate::problem::{Problem, Problems};
 use crate::schema_check;
 
@@ -111,7 +111,8 @@ pub fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<ValidTarget
             "0 scales the pool to no agent, and Azure DevOps then fails queued jobs at once; register a placeholder agent and name it in triggerMeta.parent, or set minReplicaCount: 1",
         );
     }
-    let nameservers = check_dns(spec, policy, &mut problems);
+    let nameservers = check_dns(spec, policy, &destinations, &mut problems);
+    check_resolvable(spec, policy, &destinations, &mut problems);
 
     problems.finish(ValidTarget { target, name, namespace, destinations, nameservers, min_replicas, max_replicas })
 }
@@ -474,7 +475,7 @@ fn check_trigger_meta(meta: &BTreeMap<String, String>, policy: &Policy, problems
     }
 }
 
-fn check_dns(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> Vec<IpNet> {
+fn check_dns(spec: &CDTargetSpec, policy: &Policy, destinations: &[IpNet], problems: &mut Problems) -> Vec<IpNet> {
     const POLICIES: [&str; 4] = ["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"];
     if let Some(dns_policy) = &spec.dns_policy
         && !POLICIES.contains(&dns_policy.as_str())
@@ -515,11 +516,68 @@ fn check_dns(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> V
     for (i, text) in listed.iter().enumerate() {
         match address::check(text, Use::Nameserver, &rules) {
             Ok(net) if nameservers.contains(&net) => {}
+            // With egress.dns the nameserver rule opens it; without, only another rule can.
+            Ok(net) if policy.cluster_dns.is_none() && !dns_opened_to(&net, destinations, policy) => {
+                let instead = if spec.dns_policy.as_deref() == Some("None") {
+                    "leave it out, and with it dnsPolicy None (the agents then ask the cluster DNS as the platform provides it)"
+                } else {
+                    "leave it out"
+                };
+                problems.push(
+                    format!("spec.dnsConfig.nameservers[{i}]"),
+                    format!(
+                        "`{text}` would be unreachable: the platform policy adds no DNS egress (egress.dns is false) and no platform target or destination is opened on port 53 to it, so the agents' queries to it would be dropped; {instead}"
+                    ),
+                );
+            }
             Ok(net) => nameservers.push(net),
             Err(e) => problems.push(format!("spec.dnsConfig.nameservers[{i}]"), e),
         }
     }
     nameservers
+}
+
+/// Refuses `dnsPolicy: Default` without nameservers when no rule of the agents' NetworkPolicy
+/// opens port 53 to any address: the agents would ask only the node's resolvers, which cdtarget
+/// does not know, and could resolve no name (docs/rendering.md, "Agents that could resolve no
+/// name"). The cluster DNS is never refused: under `egress.dns: false` it is the platform's to
+/// provide.
+fn check_resolvable(spec: &CDTargetSpec, policy: &Policy, destinations: &[IpNet], problems: &mut Problems) {
+    let listed = spec.dns_config.as_ref().and_then(|c| c.nameservers.as_ref()).is_some_and(|n| !n.is_empty());
+    if spec.dns_policy.as_deref() != Some("Default") || listed || dns_opened_anywhere(destinations, policy) {
+        return;
+    }
+    let instead = if policy.cluster_dns.is_some() && policy.allow_custom_nameservers {
+        "leave dnsPolicy out so that the agents ask the cluster DNS, or list the resolvers they should ask in dnsConfig.nameservers"
+    } else if policy.cluster_dns.is_some() {
+        "leave dnsPolicy out so that the agents ask the cluster DNS"
+    } else {
+        "leave dnsPolicy out so that the agents ask the cluster DNS as the platform provides it"
+    };
+    problems.push(
+        "spec.dnsPolicy",
+        format!(
+            "`Default` makes the agents ask only the node's resolvers, which cdtarget does not know and no rule of the agents' NetworkPolicy opens (none opens port 53 to an address), so the agents could resolve no name; {instead}"
+        ),
+    );
+}
+
+/// Whether a rule of the rendered NetworkPolicy other than the DNS rules opens port 53 to `addr`:
+/// a platform target, or a tenant destination on the policy's ports.
+fn dns_opened_to(addr: &IpNet, destinations: &[IpNet], policy: &Policy) -> bool {
+    policy.platform_targets.iter().any(|t| t.cidr.contains(addr) && opens_dns(&t.ports))
+        || (opens_dns(&policy.ports) && destinations.iter().any(|d| d.contains(addr)))
+}
+
+/// Whether a rule of the rendered NetworkPolicy other than the DNS rules opens port 53 at all.
+fn dns_opened_anywhere(destinations: &[IpNet], policy: &Policy) -> bool {
+    policy.platform_targets.iter().any(|t| opens_dns(&t.ports))
+        || (!destinations.is_empty() && opens_dns(&policy.ports))
+}
+
+/// Whether the ports include 53 over UDP or TCP, the transports of a resolver.
+fn opens_dns(ports: &[Port]) -> bool {
+    ports.iter().any(|p| p.protocol != Protocol::Sctp && p.port <= 53 && 53 <= p.end_port.unwrap_or(p.port))
 }
 
 /// Search domains and resolver options, as the API server would check them.

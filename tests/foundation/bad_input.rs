@@ -654,6 +654,22 @@ fn policy_cases() -> Vec<PolicyCase> {
             vec![policy_at("egress.clusterDns.podLabels", "must select the DNS pods, e.g. `k8s-app: kube-dns`")],
         ),
         policy_case(
+            "cluster_dns_without_ports_is_rejected",
+            "egress:\n  clusterDns: {ports: []}\n",
+            vec![policy_at(
+                "egress.clusterDns.ports",
+                "must list the ports the DNS pods listen on, e.g. `{port: 53, protocol: UDP}`",
+            )],
+        ),
+        policy_case(
+            "cluster_dns_port_out_of_range_or_of_an_unknown_protocol_is_rejected",
+            "egress:\n  clusterDns: {ports: [{port: 0, protocol: UDP}, {port: 5353, protocol: udp}]}\n",
+            vec![
+                policy_at("egress.clusterDns.ports[0].port", "0 is not a port; expected 1–65535"),
+                policy_at("egress.clusterDns.ports[1].protocol", "`udp` is not a protocol; expected TCP, UDP or SCTP"),
+            ],
+        ),
+        policy_case(
             "image_prefix_with_whitespace_is_rejected",
             "agents:\n  allowedImagePrefixes: [\"ghcr.io/acme/\", \"ghcr.io/ bad/\"]\n",
             vec![policy_at("agents.allowedImagePrefixes[1]", "must be a non-empty image prefix without spaces")],

@@ -5,7 +5,7 @@
 //!
 //! Cases run against `examples/platform/policy.yaml` unless a case table says otherwise.
 
-use cdtarget::policy::Policy;
+use cdtarget::policy::{MaxAddresses, Policy};
 use cdtarget::render::{self, Scaling, SecretDigests};
 
 use super::cases::{Case, PolicyCase, one_file, policy_at, policy_case, run_all, run_policy_cases, target_at};
@@ -100,6 +100,46 @@ fn address_cases() -> Vec<Case> {
             vec![target_at("spec.ip[0]", "overlaps the NAT64 prefix 64:ff9b:1::/48")],
         ),
         one_file(
+            "six_to_four_address_of_the_metadata_endpoint_is_refused_as_forbidden",
+            with_ips(r#"["2002:a9fe:a9fe::1"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "`2002:a9fe:a9fe::1` reaches 169.254.169.254 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), inside the forbidden range 169.254.0.0/16; choose a destination outside it",
+            )],
+        ),
+        one_file(
+            "six_to_four_network_of_the_service_range_is_refused_as_forbidden",
+            with_ips(r#"["2002:a60:1:abcd::/64"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "reaches 10.96.0.1 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), inside the forbidden range 10.96.0.0/12",
+            )],
+        ),
+        one_file(
+            "teredo_address_whose_client_is_the_metadata_endpoint_is_refused_as_forbidden",
+            with_ips(r#"["2001:0:cb00:7107:8000:0:5601:5601"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "reaches 169.254.169.254 (the Teredo client, the last 32 bits inverted) through the Teredo range 2001::/32 (IPv6 tunnelled over IPv4), inside the forbidden range 169.254.0.0/16",
+            )],
+        ),
+        one_file(
+            "teredo_address_whose_server_is_in_the_service_range_is_refused_as_forbidden",
+            with_ips(r#"["2001:0:a60:1:8000:0:f4ff:fff8"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "reaches 10.96.0.1 (the Teredo server, bits 32–63) through the Teredo range 2001::/32",
+            )],
+        ),
+        one_file(
+            "teredo_network_leaving_the_client_open_is_refused",
+            with_ips(r#"["2001:0:cb00:7107::/64"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "reaches every IPv4 address (the Teredo client, the last 32 bits inverted) through the Teredo range 2001::/32 (IPv6 tunnelled over IPv4), overlapping the forbidden range 169.254.0.0/16",
+            )],
+        ),
+        one_file(
             "more_ip_entries_than_the_bound_are_refused_once_not_per_entry",
             with_ips(&list_of(257, |i| {
                 if i == 3 { "not-an-address".into() } else { format!("10.20.{}.{}", i / 250, i % 250) }
@@ -135,6 +175,42 @@ fn broad_ipv6_cases() -> Vec<Case> {
             "the IPv6 destinations open about 2^80 addresses together, more than one /56 holds (2^72), the most the platform policy allows per CDTarget (egress.maxAddressesPerTarget.ipv6PrefixLength)",
         )],
     )]
+}
+
+/// Cases under a policy that sets no minimum for IPv6 destinations and no cap: tunnel networks
+/// covering part of a forbidden range, or all of IPv4.
+fn broad_tunnel_cases() -> Vec<Case> {
+    vec![
+        one_file(
+            "six_to_four_network_covering_the_service_range_is_refused",
+            with_ips(r#"["2002:a60::/28"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "`2002:a60::/28` reaches 10.96.0.0/12 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), inside the forbidden range 10.96.0.0/12",
+            )],
+        ),
+        one_file(
+            "six_to_four_network_covering_part_of_the_service_range_is_refused",
+            with_ips(r#"["2002:a00::/24"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "reaches 10.0.0.0/8 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), overlapping the forbidden range 10.96.0.0/12",
+            )],
+        ),
+        one_file(
+            "network_containing_the_six_to_four_range_is_refused",
+            with_ips(r#"["2000::/3"]"#),
+            vec![target_at("spec.ip[0]", "reaches every IPv4 address through the 6to4 range 2002::/16")],
+        ),
+        one_file(
+            "the_whole_teredo_range_is_refused",
+            with_ips(r#"["2001::/32"]"#),
+            vec![target_at(
+                "spec.ip[0]",
+                "reaches every IPv4 address (the Teredo server, bits 32–63) through the Teredo range 2001::/32",
+            )],
+        ),
+    ]
 }
 
 /// Nameserver cases under the example policy, which allows no custom nameservers.
@@ -192,6 +268,19 @@ fn nameserver_allowed_cases() -> Vec<Case> {
             "ipv4_mapped_nameserver_outside_forbidden_ranges_names_the_ipv4_form",
             valid_plus("  dnsConfig:\n    nameservers: [\"::ffff:10.53.0.10\"]\n"),
             vec![target_at("spec.dnsConfig.nameservers[0]", "write the IPv4 form `10.53.0.10` instead")],
+        ),
+        one_file(
+            "six_to_four_nameserver_of_the_metadata_endpoint_is_refused",
+            valid_plus("  dnsConfig:\n    nameservers: [\"2002:a9fe:a9fe::53\"]\n"),
+            vec![target_at(
+                "spec.dnsConfig.nameservers[0]",
+                "reaches 169.254.169.254 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), inside the forbidden range 169.254.0.0/16; choose another nameserver",
+            )],
+        ),
+        one_file(
+            "teredo_nameserver_whose_client_is_the_metadata_endpoint_is_refused",
+            valid_plus("  dnsConfig:\n    nameservers: [\"2001:0:cb00:7107:8000:0:5601:5601\"]\n"),
+            vec![target_at("spec.dnsConfig.nameservers[0]", "(the Teredo client, the last 32 bits inverted)")],
         ),
         one_file(
             "nameserver_behind_nat64_is_refused",
@@ -361,6 +450,19 @@ fn url_cases() -> Vec<Case> {
             )],
         ),
         one_file(
+            "url_at_a_six_to_four_metadata_endpoint_is_refused_as_forbidden",
+            with_url("https://[2002:a9fe:a9fe::1]/acme"),
+            vec![target_at(
+                "spec.config.url",
+                "reaches 169.254.169.254 through the 6to4 range 2002::/16 (IPv6 tunnelled over IPv4), inside the forbidden range 169.254.0.0/16; use the service's host name",
+            )],
+        ),
+        one_file(
+            "url_at_a_teredo_server_in_the_service_range_is_refused_as_forbidden",
+            with_trigger("organizationURL", "https://[2001:0:a60:1:8000:0:f4ff:fff8]/acme"),
+            vec![target_at("spec.triggerMeta.organizationURL", "(the Teredo server, bits 32–63)")],
+        ),
+        one_file(
             "url_at_an_unlisted_literal_address_is_refused",
             with_url("https://20.1.2.3/acme"),
             vec![target_at(
@@ -488,6 +590,23 @@ fn policy_cases() -> Vec<PolicyCase> {
 fn every_other_spelling_of_a_forbidden_or_ipv4_address_is_refused() {
     run_all(&address_cases(), &example_policy());
     run_all(&broad_ipv6_cases(), &example_policy_with("ipv6: 64", "ipv6: 48"));
+    let unbounded_ipv6 = Policy {
+        min_prefix_v6: 0,
+        max_addresses: MaxAddresses { ipv6_prefix_length: 0, ..example_policy().max_addresses },
+        ..example_policy()
+    };
+    run_all(&broad_tunnel_cases(), &unbounded_ipv6);
+}
+
+#[test]
+fn tunnel_addresses_of_allowed_ipv4_addresses_are_rendered_as_written() {
+    // 6to4 of 203.0.113.7, and Teredo with server 203.0.113.7 and client 11.0.0.7.
+    let yaml = with_ips(r#"["2002:CB00:7107::1", "2001:0:cb00:7107:8000:0:f4ff:fff8"]"#);
+    let children = support::children(&yaml, &example_policy());
+    let rules = children.network_policy.spec.unwrap().egress.unwrap();
+    let blocks: Vec<&str> =
+        rules[0].to.iter().flatten().filter_map(|p| p.ip_block.as_ref()).map(|b| b.cidr.as_str()).collect();
+    assert_eq!(blocks, ["2002:cb00:7107::1/128", "2001:0:cb00:7107:8000:0:f4ff:fff8/128"]);
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod command_line;
 mod crds;
 mod defects;
 mod deploy;
+mod dns;
 mod egress;
 mod golden;
 mod keda_schema;

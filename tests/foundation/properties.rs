@@ -81,6 +81,39 @@ impl Net {
         self.v6 && self.prefix >= 96 && (self.addr >> 32 == 0 || self.addr >> 32 == 0xffff)
     }
 
+    /// The IPv4 networks this IPv6 network reaches through an IPv6-over-IPv4 tunnel: 6to4
+    /// (`2002::/16`, the IPv4 address in bits 16–47) and Teredo (`2001::/32`, the server in
+    /// bits 32–63, the client inverted in the last 32 bits). The bits the prefix leaves open are
+    /// open in the IPv4 network too; a network around either range reaches every IPv4 address.
+    fn tunnelled_v4(&self) -> Vec<Net> {
+        if !self.v6 {
+            return Vec::new();
+        }
+        let every = Net::new(false, 0, 0);
+        // The 32 bits starting at IPv6 bit `start`, as far as the prefix fixes them.
+        let embedded = |start: u8| {
+            Net::new(false, self.addr >> (96 - u32::from(start)), self.prefix.saturating_sub(start).min(32))
+        };
+        let mut reached = Vec::new();
+        if Net::new(true, 0x2002 << 112, 16).overlaps(self) {
+            reached.push(if self.prefix >= 16 { embedded(16) } else { every });
+        }
+        if Net::new(true, 0x2001_0000 << 96, 32).overlaps(self) {
+            if self.prefix >= 32 {
+                let client = embedded(96);
+                reached.extend([embedded(32), Net::new(false, !client.addr, client.prefix)]);
+            } else {
+                reached.push(every);
+            }
+        }
+        reached
+    }
+
+    /// Whether a tunnel carries this network's traffic into one of `forbidden`.
+    fn tunnels_into(&self, forbidden: &[Net]) -> bool {
+        self.tunnelled_v4().iter().any(|v4| forbidden.iter().any(|f| f.overlaps(v4)))
+    }
+
     fn ipnet(&self) -> IpNet {
         match self.ip() {
             IpAddr::V4(a) => IpNet::V4(Ipv4Net::new(a, self.prefix).unwrap()),
@@ -296,6 +329,7 @@ impl PolicyInput {
         n.prefix >= minimum
             && !n.touches_ipv4_ranges()
             && !self.forbidden.iter().any(|f| f.overlaps(n))
+            && !n.tunnels_into(&self.forbidden)
             && !default_nat64().iter().any(|p| p.overlaps(n))
     }
 }
@@ -534,6 +568,17 @@ fn ipv6_spellings_of(v4: Ipv4Addr) -> Vec<String> {
     ]
 }
 
+/// An IPv6 address carrying `v4` as 6to4 (`form` 0), as a Teredo client (1, inverted) or as a
+/// Teredo server (2); `noise` fills the other bits.
+fn tunnel_address(form: u8, v4: u32, noise: u128) -> Ipv6Addr {
+    let v4 = u128::from(v4);
+    Ipv6Addr::from(match form {
+        0 => (0x2002 << 112) | (v4 << 80) | (noise & ((1 << 80) - 1)),
+        1 => (0x2001_0000 << 96) | (noise & (u128::from(u64::MAX) << 32)) | (!v4 & 0xffff_ffff),
+        _ => (0x2001_0000 << 96) | (v4 << 64) | (noise & u128::from(u64::MAX)),
+    })
+}
+
 fn policy_from(yaml: &str) -> Policy {
     policy::parse(yaml, "policy.yaml").unwrap_or_else(|p| panic!("policy: {p:#?}"))
 }
@@ -593,6 +638,45 @@ proptest! {
         // And the plain IPv4 spelling, as a literal URL host too.
         let problems = problems_of(&CDTarget::test().with_url(&format!("https://{v4}/acme")), &policy);
         prop_assert!(problems.iter().any(|p| p.message.contains("forbidden range 169.254.0.0/16")), "{:#?}", problems);
+    }
+
+    #[test]
+    fn every_6to4_and_teredo_form_of_a_forbidden_ipv4_address_is_refused_as_destination_nameserver_and_url_host(
+        low in any::<u16>(),
+        noise in any::<u128>(),
+        form in 0u8..3,
+    ) {
+        // 169.254.0.0/16 is forbidden by the default policy.
+        let address = tunnel_address(form, 0xa9fe_0000 | u32::from(low), noise).to_string();
+        let policy = policy_from("egress: {allowCustomNameservers: true}\n");
+        let ip = problems_of(&CDTarget::test().with_ips([&address]), &policy);
+        let nameserver = problems_of(&CDTarget::test().with_nameservers([&address]), &policy);
+        let url = problems_of(&CDTarget::test().with_url(&format!("https://[{address}]/acme")), &policy);
+        for (problems, field) in [(ip, "spec.ip[0]"), (nameserver, "spec.dnsConfig.nameservers[0]"), (url, "spec.config.url")] {
+            prop_assert_eq!(problems.len(), 1, "{}: {:#?}", address, problems);
+            prop_assert_eq!(&problems[0].field, field);
+            prop_assert!(problems[0].message.contains("(IPv6 tunnelled over IPv4), inside the forbidden range 169.254.0.0/16"), "{}: {}", address, problems[0].message);
+        }
+    }
+
+    #[test]
+    fn a_tunnel_network_is_refused_exactly_when_it_reaches_a_forbidden_range(
+        a in any::<u32>(),
+        noise in any::<u128>(),
+        form in 0u8..3,
+        prefix in 0u8..=128,
+    ) {
+        let net = Net::new(true, u128::from(tunnel_address(form, a, noise)), prefix);
+        prop_assume!(prefix > 0 && !net.touches_ipv4_ranges() && !default_nat64().iter().any(|p| p.overlaps(&net)));
+        let policy = policy_from("egress: {minPrefixLength: {ipv6: 0}, maxAddressesPerTarget: {ipv6PrefixLength: 0}}\n");
+        let problems = problems_of(&CDTarget::test().with_ips([net.canonical()]), &policy);
+        let forbidden = default_forbidden();
+        if net.tunnels_into(&forbidden) || forbidden.iter().any(|f| f.overlaps(&net)) {
+            prop_assert_eq!(problems.len(), 1, "{}: {:#?}", net.canonical(), problems);
+            prop_assert!(problems[0].message.contains("the forbidden range"), "{}: {}", net.canonical(), problems[0].message);
+        } else {
+            prop_assert!(problems.is_empty(), "{} refused: {:#?}", net.canonical(), problems);
+        }
     }
 
     #[test]
@@ -675,7 +759,7 @@ proptest! {
         cap6 in 40u8..=128,
     ) {
         let forbidden = default_forbidden();
-        let clear = |n: &Net| !forbidden.iter().any(|f| f.overlaps(n)) && !n.touches_ipv4_ranges() && !default_nat64().iter().any(|p| p.overlaps(n));
+        let clear = |n: &Net| !forbidden.iter().any(|f| f.overlaps(n)) && !n.touches_ipv4_ranges() && !n.tunnels_into(&forbidden) && !default_nat64().iter().any(|p| p.overlaps(n));
         let v4: Vec<Net> = v4.into_iter().filter(clear).collect();
         let v6: Vec<Net> = v6.into_iter().filter(clear).collect();
         let policy = policy_from(&format!(
@@ -700,6 +784,8 @@ proptest! {
             (0u16..=u16::MAX, 0usize..9).prop_map(|(low, i)| ipv6_spellings_of(Ipv4Addr::from(0xa9fe_0000 | u32::from(low)))[i].clone()),
             (any::<u32>(), 0usize..9).prop_map(|(a, i)| ipv6_spellings_of(Ipv4Addr::from(a))[i].clone()),
             any::<u32>().prop_map(|a| format!("64:ff9b::{}", Ipv4Addr::from(a))),
+            (any::<u32>(), any::<u128>(), 0u8..3).prop_map(|(a, noise, form)| tunnel_address(form, a, noise).to_string()),
+            (any::<u32>(), any::<u128>(), 0u8..3, 0u8..=128).prop_map(|(a, noise, form, prefix)| Net::new(true, u128::from(tunnel_address(form, a, noise)), prefix).canonical()),
         ],
         purpose in prop_oneof![Just(Use::Destination), Just(Use::Nameserver), Just(Use::UrlHost)],
     ) {
@@ -712,6 +798,8 @@ proptest! {
             if let IpNet::V6(v6) = net {
                 prop_assert!(v6.addr().to_ipv4().is_none(), "{} is an IPv4 spelling", text);
                 prop_assert!(!v6.contains(&"::ffff:0:0/96".parse::<Ipv6Net>().unwrap()));
+                let as_net = Net::new(true, u128::from(v6.network()), v6.prefix_len());
+                prop_assert!(!as_net.tunnels_into(&default_forbidden()), "{} tunnels into a forbidden range", text);
             }
             // The canonical text is accepted as itself.
             prop_assert_eq!(address::check(&cidr::canonical(&net), Use::Destination, &Rules { min_prefix_v4: 0, min_prefix_v6: 0, ..rules }), Ok(net));
