@@ -4,6 +4,7 @@
 //!
 //! Unlike the tree walk, this reader follows links to directories (kustomize reads a base
 //! through one): they are resolved beneath the root like any other link, so none leads out.
+//! A path or link through `.git`, in any letter case, is refused, and `.git` is never listed.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -14,7 +15,7 @@ use rustix::fs::FileType;
 
 use super::Limits;
 use super::read::{Beneath, Resolved};
-use crate::kustomize::files::{Files, Kind};
+use crate::kustomize::files::{Files, GIT_LINK_REFUSED, GIT_PATH_REFUSED, Kind, is_git_name};
 
 /// Longest path looked up, in bytes (as `PATH_MAX`).
 const MAX_PATH_BYTES: usize = 4096;
@@ -54,8 +55,9 @@ impl SnapshotFiles {
     }
 }
 
-/// The components of a root-relative path; `.`, `..`, empty components and `.git` are refused
-/// (the builder normalises paths before it asks, so one here is a bug or an attack).
+/// The components of a root-relative path; `.`, `..`, empty components and `.git` (any letter
+/// case) are refused (the builder normalises paths and refuses `.git` before it asks, so one here
+/// is a bug or an attack).
 fn components(path: &str) -> Result<Vec<Vec<u8>>, String> {
     if path.len() > MAX_PATH_BYTES {
         return Err(format!("is a path of more than {MAX_PATH_BYTES} bytes"));
@@ -66,7 +68,7 @@ fn components(path: &str) -> Result<Vec<Vec<u8>>, String> {
     path.split('/')
         .map(|c| match c {
             "" | "." | ".." => Err("is not a normalised path inside the repository".to_owned()),
-            ".git" => Err("is inside `.git`, which is never read".to_owned()),
+            c if is_git_name(c.as_bytes()) => Err(GIT_PATH_REFUSED.to_owned()),
             c => Ok(c.as_bytes().to_vec()),
         })
         .collect()
@@ -80,6 +82,8 @@ fn not_followed(resolved: Resolved) -> String {
     match resolved {
         Resolved::Leaves => LEAVES.into(),
         Resolved::Other => OTHER.into(),
+        // The path itself was checked, so a link on the way led there.
+        Resolved::Git => GIT_LINK_REFUSED.into(),
         Resolved::Loop => "is a symlink that does not resolve within 40 links (a loop?)".into(),
         Resolved::Broken => "does not exist (or is a broken symlink)".into(),
         Resolved::File(_) => "is a file, not a directory".into(),
@@ -108,7 +112,7 @@ impl Files for SnapshotFiles {
         for entry in entries {
             let entry = entry.map_err(|e| format!("cannot read directory: {e}"))?;
             let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
+            if name == b"." || name == b".." || is_git_name(name) {
                 continue;
             }
             if names.len() == MAX_ENTRIES {
@@ -271,8 +275,51 @@ mod tests {
         for path in ["../outside/secret.yaml", "base/../../outside/secret.yaml", "/etc/passwd", "base//cm.yaml"] {
             refused(&files, path, "not a normalised path");
         }
-        refused(&files, ".git/config", "`.git`");
+        for path in [".git/config", ".GIT/config", "base/.Git/config", ".git"] {
+            refused(&files, path, "passes through `.git`");
+        }
         refused(&files, &"a/".repeat(3000), "more than 4096 bytes");
+    }
+
+    /// `repo/.git/config` holding a CI job's token in its remote URL, as a checkout has.
+    const TOKEN: &str = "glcbt-FAKE-JOB-TOKEN";
+
+    fn checkout() -> tempfile::TempDir {
+        let dir = disk();
+        std::fs::create_dir_all(dir.path().join("repo/.git")).unwrap();
+        let config = format!("[remote \"origin\"]\n\turl = https://gitlab-ci-token:{TOKEN}@gitlab.example/x.git\n");
+        std::fs::write(dir.path().join("repo/.git/config"), config).unwrap();
+        dir
+    }
+
+    #[test]
+    fn links_into_git_are_refused_however_they_get_there() {
+        let dir = checkout();
+        let root = dir.path().join("repo");
+        let link = |target: &Path, at: &str| symlink(target, root.join(at)).unwrap();
+        link(Path::new(".git/config"), "config.env");
+        link(Path::new(".git"), "gitdir");
+        link(Path::new("../.git/config"), "base/up.env");
+        link(Path::new("base/../.git/config"), "dotdot.env");
+        link(Path::new("./base/./../.GIT/config"), "mixed.env");
+        link(&root.join(".git/config"), "absolute.env");
+        link(Path::new("config.env"), "chain.env");
+        let files = reader(&dir);
+        for path in ["config.env", "base/up.env", "dotdot.env", "mixed.env", "absolute.env", "chain.env"] {
+            let read = files.read(path).expect_err(path);
+            assert!(read.contains("symlink into `.git`") && !read.contains(TOKEN), "{path}: {read}");
+            assert!(files.stat(path).is_err(), "{path}");
+        }
+        for path in ["gitdir/config", "gitdir"] {
+            assert!(files.read(path).expect_err(path).contains("symlink into `.git`"), "{path}");
+            assert!(files.stat(path).is_err() && files.list(path).is_err(), "{path}");
+        }
+    }
+
+    #[test]
+    fn git_is_never_listed() {
+        let dir = checkout();
+        assert_eq!(reader(&dir).list("").unwrap(), ["base"]);
     }
 
     #[test]

@@ -15,17 +15,16 @@ pub mod type_meta;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-
-use serde_json::Value;
-
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use serde_json::Value;
+
 use crate::api::{API_VERSION, CDTarget, LEGACY_API_VERSION, names};
 use crate::budget::{self, Budget};
 use crate::kustomize::build::{Build, KUSTOMIZATION_FILE_NAMES, KustomizationFile};
-use crate::kustomize::files::{Files, MemoryFiles};
+use crate::kustomize::files::{Files, GIT_PATH_REFUSED, MemoryFiles, passes_through_git};
 use crate::kustomize::resource::Origin;
 use crate::policy::Policy;
 use crate::policy::tenancy::KindPattern;
@@ -172,8 +171,9 @@ pub const SOPS_NOT_DECRYPTED: &str = "this document is SOPS-encrypted (it has a 
 /// When `dir` holds a kustomization, its build is the apply set; otherwise every YAML file is a
 /// document, except beneath a subdirectory holding a kustomization, which is built and its output
 /// included (Flux's behaviour). Builds read through [`SnapshotFiles`] with `root` as the
-/// boundary, so `dir` may use bases elsewhere in the repository, never outside it. One byte
-/// budget (`limits.max_total_bytes`) covers the plain files and everything the builds read.
+/// boundary, so `dir` may use bases elsewhere in the repository, never outside it (nor in
+/// `.git`). One byte budget (`limits.max_total_bytes`) covers the plain files and everything the
+/// builds read.
 pub fn read_and_load(
     root: &Path,
     dir: &str,
@@ -209,6 +209,9 @@ fn read_and_load_entered(
     namespace: &str,
     policy: &Policy,
 ) -> Result<ApplySet, Vec<Problem>> {
+    if passes_through_git(dir) {
+        return Err(vec![Problem::field("", GIT_PATH_REFUSED).located(dir, None, None)]);
+    }
     let synced = if dir.is_empty() { root.to_path_buf() } else { root.join(dir) };
     let tree = read_tree_for_build(&synced, limits)?;
     if tree.kustomizations.is_empty() {

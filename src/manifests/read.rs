@@ -7,6 +7,10 @@
 //! without following, a `..` may not climb above the root, an absolute target counts only when it
 //! names a place inside the root. So no link, however nested, and nothing swapped in between a
 //! check and a read, makes the reader open a file outside the tree.
+//!
+//! Nor inside `.git`: the walk skips a `.git` directory (a checkout's own, so `cdtarget render .`
+//! works on one) and every resolution stops at a `.git` component in any letter case, so a link
+//! into it is refused, never read.
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -20,6 +24,7 @@ use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 
 use super::{Limits, SourceFile};
 use crate::kustomize::build::KUSTOMIZATION_FILE_NAMES;
+use crate::kustomize::files::{GIT_LINK_REFUSED, is_git_name};
 use crate::problem::Problem;
 
 /// Deepest directory nesting read.
@@ -33,7 +38,8 @@ const REGULAR_FILE: OFlags = OFlags::RDONLY.union(OFlags::NOFOLLOW).union(OFlags
 
 /// Reads every `.yaml`/`.yml` file under `root`, in sorted order. Hidden files and directories
 /// (`.git`, `.gitlab-ci.yml`) and other files are skipped; symlinks are read only when they
-/// resolve to a file inside the tree; the limits bound each file and the total.
+/// resolve to a file inside the tree and outside `.git` (a link into `.git` is a problem,
+/// whatever its name); the limits bound each file and the total.
 pub fn read_tree(root: &Path, limits: &Limits) -> Result<Vec<SourceFile>, Vec<Problem>> {
     walk(root, limits, false).map(|tree| tree.files)
 }
@@ -128,6 +134,8 @@ impl Beneath {
                     }
                     continue;
                 }
+                // Before the disk: `.GIT` is `.git` on a case-insensitive file system.
+                c if is_git_name(c) => return Resolved::Git,
                 _ => {}
             }
             let Ok(dir) = self.open_dir(&here) else { return Resolved::Broken };
@@ -215,6 +223,8 @@ pub(super) enum Resolved {
     Directory(Vec<Vec<u8>>),
     /// Something other than a file or directory (a FIFO, a socket, a device).
     Other,
+    /// The path, or a link on the way, passes through `.git` (any letter case).
+    Git,
     Leaves,
     Broken,
     Loop,
@@ -279,6 +289,7 @@ impl TreeWalk<'_> {
         let leaves = "is a symlink that leaves the repository; only links to files inside it are read, and symlinked directories are not followed";
         match (self.beneath.resolve(link), yaml) {
             (Resolved::Leaves, _) => self.problem(link, leaves),
+            (Resolved::Git, _) => self.problem(link, GIT_LINK_REFUSED),
             (Resolved::Directory(_), _) => self.problem(
                 link,
                 "is a symlink to a directory; symlinked directories are not followed, move the files instead",

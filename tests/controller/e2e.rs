@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use cdtarget::api::CDTarget;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{TenantRepository, webhook_path};
+use cdtarget::controller::cdtarget::{REASON_SECRET_NOT_ALLOWED, REGISTRATIONS_TTL};
 use cdtarget::controller::conditions::{READY, STALLED, is_true};
 use cdtarget::controller::process::{self, Builder, Reconciled, Registrations, Settings, Sources};
 use cdtarget::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
@@ -29,7 +31,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use kube_fake_client::ClientBuilder;
@@ -38,9 +40,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::common::access_review::AccessReviews;
 use crate::common::api_bridge::{ApiBridge, Record};
 use crate::common::{self, KeyKind, Sshd, TestDir, Upstream, UpstreamRepo, test_dir};
-use crate::support::{Writes, recording_writes};
+use crate::support::{Writes, recording_writes_with};
 use crate::tenant_repository::config_map_yaml;
 
 const PLATFORM: &str = "cdtarget-system";
@@ -101,6 +104,9 @@ struct Cluster {
     client: Client,
     /// Every mutating request: `verb Kind namespace/name`.
     writes: Arc<Mutex<Vec<String>>>,
+    /// Answers the CDTarget reconciler's SubjectAccessReviews (everything allowed but what is
+    /// denied).
+    reviews: AccessReviews,
     /// Stands in for the TenantRepository watch of the production controller.
     registrations: mpsc::UnboundedSender<watcher::Event<TenantRepository>>,
     /// The one watch of the registrations (the controller's store and the receiver's index).
@@ -133,7 +139,8 @@ impl Cluster {
     async fn start_with(gitlab: Option<cdtarget::gitlab::Settings>, listener: tokio::net::TcpListener) -> Cluster {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let writes: Writes = Arc::default();
-        let funcs = recording_writes(&writes);
+        let reviews = AccessReviews::default();
+        let funcs = recording_writes_with(&writes, reviews.clone());
         let fake = ClientBuilder::new()
             .with_resource::<CDTarget>()
             .with_status_subresource::<CDTarget>()
@@ -170,6 +177,7 @@ impl Cluster {
         Cluster {
             client,
             writes,
+            reviews,
             registrations,
             registrations_watch,
             targets,
@@ -424,6 +432,75 @@ async fn e2e_push_and_trigger_applies_new_cdtarget_and_broken_push_stalls() {
     for (kind, object) in &before {
         assert_eq!(&after[kind], object, "{kind} untouched by the broken push");
     }
+    cluster.shut_down().await;
+}
+
+// === tenant identities follow the registrations ===
+
+/// The reason and message of the CDTarget's condition `type_`.
+async fn target_condition(cluster: &Cluster, type_: &str) -> (String, String) {
+    let target = cluster.api::<CDTarget>(TENANT).get(TARGET).await.expect("get CDTarget");
+    let conditions = target.status.expect("CDTarget status").conditions;
+    let condition = conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_}"));
+    (condition.reason.clone(), condition.message.clone())
+}
+
+/// The registration is moved to a ServiceAccount with fewer rights (the platform team takes
+/// the tenant's read access to its token away): the very next CDTarget reconcile asks as the new
+/// identity, though the list of registrations it would otherwise reuse is seconds old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_moved_to_a_weaker_service_account_binds_the_very_next_cdtarget_reconcile() {
+    let mut cluster = Cluster::start().await;
+    cluster.put_secret(TENANT, TOKEN, &[("AZP_TOKEN", "pat-1")]).await;
+    // Applies into the tenant namespace as `deployer`; its repository is never reached (nothing
+    // listens on port 1), which does not matter to the CDTarget reconciler.
+    let registration =
+        TenantRepository::test().with_name(REPO).in_namespace(PLATFORM).with_url("https://127.0.0.1:1/t.git");
+    cluster.api::<TenantRepository>(PLATFORM).create(&PostParams::default(), &registration).await.unwrap();
+    cluster.registrations.unbounded_send(watcher::Event::Init).unwrap();
+    cluster.registrations.unbounded_send(watcher::Event::InitApply(cluster.registration().await)).unwrap();
+    cluster.registrations.unbounded_send(watcher::Event::InitDone).unwrap();
+    cluster.targets.unbounded_send(watcher::Event::Init).unwrap();
+    cluster.targets.unbounded_send(watcher::Event::InitDone).unwrap();
+    let target = CDTarget::test().with_name(TARGET).with_token_ref(TOKEN).with_ips(["10.1.2.3"]).with_replicas(1, 3);
+    cluster.api::<CDTarget>(TENANT).create(&PostParams::default(), &target).await.unwrap();
+
+    cluster
+        .targets
+        .unbounded_send(watcher::Event::Apply(cluster.api::<CDTarget>(TENANT).get(TARGET).await.unwrap()))
+        .unwrap();
+    cluster.target_reconciles.next_ok("CDTarget Added event").await;
+    let listed = Instant::now();
+    assert_eq!(target_condition(&cluster, "Applied").await.0, "Applied");
+    assert_eq!(cluster.reviews.asked(), ["system:serviceaccount:team-a:deployer get secrets team-a/azp-token"]);
+
+    // `ci` may not read the token; the registration now names it.
+    cluster.reviews.deny("system:serviceaccount:team-a:ci", "secrets", TENANT, TOKEN);
+    let move_to_ci = serde_json::json!({"spec": {"serviceAccountName": "ci"}});
+    let registrations = cluster.api::<TenantRepository>(PLATFORM);
+    registrations.patch(REPO, &PatchParams::default(), &Patch::Merge(&move_to_ci)).await.unwrap();
+    cluster.relay_registration().await;
+
+    // The next reconcile (a reconcile request; any change of the CDTarget or its Secrets does).
+    let request = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: "after-the-move"}}});
+    let patched =
+        cluster.api::<CDTarget>(TENANT).patch(TARGET, &PatchParams::default(), &Patch::Merge(&request)).await.unwrap();
+    cluster.targets.unbounded_send(watcher::Event::Apply(patched)).unwrap();
+    cluster.target_reconciles.next_ok("the reconcile request").await;
+    assert!(listed.elapsed() < REGISTRATIONS_TTL, "the first list would still serve: the test proves nothing");
+
+    let (reason, message) = target_condition(&cluster, READY).await;
+    assert_eq!(reason, REASON_SECRET_NOT_ALLOWED, "{message}");
+    assert!(
+        message
+            .contains("Secret team-a/azp-token cannot be read by the tenant identity system:serviceaccount:team-a:ci"),
+        "{message}"
+    );
+    assert!(
+        cluster.reviews.asked().contains(&"system:serviceaccount:team-a:ci get secrets team-a/azp-token".to_owned()),
+        "{:?}",
+        cluster.reviews.asked()
+    );
     cluster.shut_down().await;
 }
 

@@ -142,3 +142,45 @@ fn progress_goes_to_stderr_only_when_it_is_a_terminal() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("Receiving objects:"), "{text}");
 }
+
+/// A CI checkout made by `git init`, with a runner's job token in the remote URL, and `files`.
+fn ci_checkout(files: &[(&str, &str)]) -> common::TestDir {
+    let dir = common::test_dir();
+    let git = |args: &[&str]| {
+        let status = Command::new("git").arg("-C").arg(dir.path()).args(args).status().expect("git runs");
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["remote", "add", "origin", &format!("https://gitlab-ci-token:{JOB_TOKEN}@gitlab.example/team/app.git")]);
+    for (path, text) in files {
+        std::fs::write(dir.path().join(path), text).unwrap();
+    }
+    dir
+}
+
+const JOB_TOKEN: &str = "glcbt-64_FAKE-CI-JOB-TOKEN";
+
+#[test]
+fn render_of_a_checkout_skips_its_git_directory() {
+    let checkout = ci_checkout(&[("settings.yaml", super::CONFIG_MAP)]);
+    let out = cdtarget(&["render", checkout.path().to_str().unwrap(), "-n", "team-a"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("name: settings") && !stdout.contains(JOB_TOKEN), "{stdout}");
+}
+
+#[test]
+fn render_of_a_checkout_whose_build_reads_git_config_fails_located_and_never_shows_the_token() {
+    let generator = "configMapGenerator:\n- name: leak\n  files:\n  - config=.git/config\n  - linked\n";
+    let checkout = ci_checkout(&[("kustomization.yaml", generator)]);
+    std::os::unix::fs::symlink(".GIT/../.git/config", checkout.path().join("linked")).unwrap();
+    let out = cdtarget(&["render", checkout.path().to_str().unwrap(), "-n", "team-a"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing is rendered");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!stderr.contains(JOB_TOKEN), "{stderr}");
+    for field in ["configMapGenerator[0].files[0]", "configMapGenerator[0].files[1]"] {
+        let line = stderr.lines().find(|l| l.contains(field)).unwrap_or_else(|| panic!("no {field}: {stderr}"));
+        assert!(line.starts_with("kustomization.yaml") && line.contains("outside `.git`"), "{line}");
+    }
+}

@@ -1,11 +1,13 @@
 //! Reading a snapshot never leaves it: `spec.path` is checked component by component, and the
 //! manifests reader resolves every symlink beneath its root without the kernel following
-//! anything. The secrets here stand for another tenant's snapshot beside this one.
+//! anything, and never into `.git`. The secrets here stand for another tenant's snapshot beside
+//! this one, and for the CI job token in a checkout's `.git/config`.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use cdtarget::manifests::{Limits as TreeLimits, read_tree};
+use cdtarget::manifests::{Limits as TreeLimits, read_and_load, read_tree};
+use cdtarget::policy::Policy;
 use cdtarget::problem::Problem;
 use cdtarget::source::{Credentials, FailureKind, Snapshot};
 
@@ -222,4 +224,129 @@ fn special_files_are_never_opened() {
     let found = problems(&disk.repo());
     assert_refused(&found, "to-fifo.yaml", "something other than a file");
     assert!(found.iter().all(|p| p.file.as_deref() != Some("fifo.yaml")), "a FIFO itself is skipped: {found:?}");
+}
+
+// === .git: skipped when it is the checkout's own, refused when anything points into it ===
+
+/// The CI job token a runner writes into a checkout's `.git/config`.
+const TOKEN: &str = "glcbt-FAKE-JOB-TOKEN";
+
+/// A checkout: `.git/config` with the job token in the remote URL, and one plain ConfigMap.
+fn checkout() -> Disk {
+    let disk = Disk::new();
+    disk.file(
+        ".git/config",
+        &format!("[remote \"origin\"]\n\turl = https://gitlab-ci-token:{TOKEN}@gitlab.example/t.git\n"),
+    );
+    disk.file(".git/HEAD", "ref: refs/heads/main\n");
+    disk.file("settings.yaml", CONFIG_MAP);
+    disk
+}
+
+fn assert_no_token(problems: &[Problem]) {
+    assert!(!format!("{problems:?}").contains(TOKEN), "the token must never be shown: {problems:?}");
+}
+
+#[test]
+fn a_checkouts_own_git_directory_is_skipped_silently() {
+    let disk = checkout();
+    let files = read_tree(&disk.repo(), &TreeLimits::default()).unwrap();
+    assert_eq!(files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["settings.yaml"]);
+    let set = read_and_load(&disk.repo(), "", &TreeLimits::default(), "team-a", &Policy::default()).unwrap();
+    assert_eq!(set.documents.len(), 1);
+}
+
+#[test]
+fn links_into_git_are_refused_by_the_tree_walk_in_any_case_and_however_they_get_there() {
+    let disk = checkout();
+    disk.link("token.yaml", ".git/config");
+    disk.link("upper.yaml", ".GIT/config");
+    disk.link("mixed.yaml", "./.Git/config");
+    disk.link("dotdot.yaml", "sub/../.git/config");
+    disk.link("sub/up.yaml", "../.git/config");
+    disk.link("absolute.yaml", disk.repo().join(".git/config"));
+    disk.link("chain.yaml", "token.yaml");
+    disk.link("gitdir", ".git");
+    disk.link("through.yaml", "gitdir/config");
+    // Not YAML, so never read as a document; still a link into `.git`.
+    disk.link("config.txt", ".git/config");
+    let found = problems(&disk.repo());
+    for file in [
+        "token.yaml",
+        "upper.yaml",
+        "mixed.yaml",
+        "dotdot.yaml",
+        "sub/up.yaml",
+        "absolute.yaml",
+        "chain.yaml",
+        "gitdir",
+        "through.yaml",
+        "config.txt",
+    ] {
+        assert_refused(&found, file, "is a symlink into `.git`, which is never read");
+    }
+    assert!(found.iter().all(|p| p.message.contains("point it at a file outside `.git`")), "{found:?}");
+    assert_no_token(&found);
+}
+
+/// What a build of `kustomization` at the root of a checkout (with `links` made first) refuses.
+fn build_refused(kustomization: &str, links: &[(&str, &str)]) -> Vec<Problem> {
+    let disk = checkout();
+    disk.file("kustomization.yaml", kustomization);
+    for (link, target) in links {
+        disk.link(link, target);
+    }
+    let loaded = read_and_load(&disk.repo(), "", &TreeLimits::default(), "team-a", &Policy::default());
+    let found = loaded.expect_err("a build reading `.git` must be refused");
+    assert_no_token(&found);
+    found
+}
+
+fn assert_located(found: &[Problem], field: &str, says: &str) {
+    let problem = found.iter().find(|p| p.field == field).unwrap_or_else(|| panic!("nothing at {field}: {found:?}"));
+    assert_eq!(problem.file.as_deref(), Some("kustomization.yaml"), "{problem:?}");
+    assert!(problem.message.contains(says), "{field}: {}", problem.message);
+    assert!(problem.message.contains("outside `.git`"), "says what is accepted: {}", problem.message);
+}
+
+#[test]
+fn a_generator_never_reads_git_by_path_or_through_a_link() {
+    let generator = "configMapGenerator:\n- name: leak\n  files:\n  - x=.git/config\n  - y=sub/../.GIT/config\n  - link\n  - gitdir/config\n";
+    let found = build_refused(generator, &[("link", ".git/config"), ("gitdir", ".Git/../.git")]);
+    assert_located(&found, "configMapGenerator[0].files[0]", "passes through `.git`");
+    assert_located(&found, "configMapGenerator[0].files[1]", "passes through `.git`");
+    assert_located(&found, "configMapGenerator[0].files[2]", "symlink into `.git`");
+    assert_located(&found, "configMapGenerator[0].files[3]", "symlink into `.git`");
+    let envs = build_refused("secretGenerator:\n- name: leak\n  envs:\n  - .Git/config\n", &[]);
+    assert_located(&envs, "secretGenerator[0].envs[0]", "passes through `.git`");
+}
+
+#[test]
+fn a_resource_or_patch_never_reads_git_by_path_or_through_a_link() {
+    for (kustomization, links, field, says) in [
+        ("resources:\n- .GIT/x.yaml\n", &[][..], "resources[0]", "passes through `.git`"),
+        ("resources:\n- base/../.git/config\n", &[], "resources[0]", "passes through `.git`"),
+        (
+            "resources:\n- leak.yaml\n",
+            &[("leak.yaml", "./.Git/../.git/config")][..],
+            "resources[0]",
+            "symlink into `.git`",
+        ),
+        ("resources:\n- gitdir\n", &[("gitdir", ".git")], "resources[0]", "symlink into `.git`"),
+        ("patches:\n- path: .git/config\n", &[], "patches[0].path", "passes through `.git`"),
+        ("patches:\n- path: patch.yaml\n", &[("patch.yaml", ".git/config")], "patches[0].path", "symlink into `.git`"),
+    ] {
+        let found = build_refused(kustomization, links);
+        assert_located(&found, field, says);
+    }
+}
+
+#[test]
+fn a_synced_directory_inside_git_is_refused() {
+    let disk = checkout();
+    disk.file(".git/x/cm.yaml", CONFIG_MAP);
+    let found = read_and_load(&disk.repo(), ".git/x", &TreeLimits::default(), "team-a", &Policy::default())
+        .expect_err("`.git` is never read");
+    assert_eq!(found[0].file.as_deref(), Some(".git/x"));
+    assert!(found[0].message.contains("passes through `.git`"), "{found:?}");
 }

@@ -3,13 +3,15 @@
 //! of the API server with SubjectAccessReviews). Reads only; the decision is [`super::plan`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Secret;
-use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
 
 use super::borrowed::{self, Refusal};
 use super::plan::SecretsRead;
@@ -68,8 +70,10 @@ async fn read_secrets(
     Ok(secrets)
 }
 
-/// The tenant identities of namespaces: the registrations (read at most every
-/// [`REGISTRATIONS_TTL`], shared by every reconcile) and the default ServiceAccount.
+/// The tenant identities of namespaces: the registrations (one list shared by every reconcile,
+/// read again as soon as the registrations watch reports a change of an identity
+/// ([`Tenants::follower`]), else at most every [`REGISTRATIONS_TTL`]) and the default
+/// ServiceAccount.
 #[derive(Clone, Debug, Default)]
 pub struct Tenants {
     /// The ServiceAccount (in the CDTarget's namespace) whose read rights bound what a CDTarget
@@ -80,6 +84,8 @@ pub struct Tenants {
     /// Held while a list is under way, so that the reconciles that find it stale wait for one
     /// list instead of each sending their own.
     registrations: Arc<tokio::sync::Mutex<Option<Listed>>>,
+    /// What the registrations watch reported, for [`Tenants::follower`].
+    followed: Arc<Followed>,
     /// The answers of the SubjectAccessReviews asked within [`REVIEW_TTL`].
     reviews: Arc<std::sync::Mutex<HashMap<borrowed::Question, Arc<Review>>>>,
 }
@@ -102,18 +108,64 @@ pub const REVIEW_TTL: Duration = Duration::from_secs(10);
 /// whatever the tenants reference.
 const REVIEWS_REMEMBERED: usize = 100_000;
 
-/// What the registrations said, as listed, and when.
-type Listed = (Instant, Arc<Vec<borrowed::Registered>>);
+/// What the registrations said, as listed, when, and how many identity changes the watch had
+/// reported when the list began.
+#[derive(Debug)]
+struct Listed {
+    at: Instant,
+    changes: u64,
+    registered: Arc<Vec<borrowed::Registered>>,
+}
+
+/// What the registrations watch reported: each registration's namespace and ServiceAccount, and
+/// a count of the events that may have changed an identity.
+#[derive(Debug, Default)]
+struct Followed {
+    /// By the registration's namespace and name.
+    seen: std::sync::Mutex<HashMap<(String, String), borrowed::Registered>>,
+    changes: AtomicU64,
+}
+
+impl Followed {
+    fn saw(&self, event: &watcher::Event<TenantRepository>) {
+        let key = |repo: &TenantRepository| (repo.namespace().unwrap_or_default(), repo.name_any());
+        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let changed = match event {
+            // A new list: a registration deleted meanwhile is simply not in it.
+            watcher::Event::Init => {
+                seen.clear();
+                true
+            }
+            watcher::Event::InitDone => true,
+            // A status write (every sync) changes no identity: it lists nothing again.
+            watcher::Event::InitApply(repo) | watcher::Event::Apply(repo) => {
+                let registered = borrowed::Registered::from(repo);
+                seen.insert(key(repo), registered.clone()).as_ref() != Some(&registered)
+            }
+            watcher::Event::Delete(repo) => {
+                seen.remove(&key(repo));
+                true
+            }
+        };
+        if changed {
+            self.changes.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
 
 /// Registrations per page of the list: only a page of whole objects (status, managed fields) is
 /// in memory at a time, the rest is kept as [`borrowed::Registered`].
 const PAGE: u32 = 200;
 
-/// How long a list of the registrations serves the CDTarget reconciles: one list per this
-/// period instead of one per reconcile (a thousand registrations times ten thousand CDTargets).
-/// A new registration's identity applies within it; a removed one is still asked about meanwhile
-/// (stricter, never looser). Every shard's registrations count, so this is a list of its own,
-/// not the (sharded) reflector of the TenantRepository controller.
+/// How long a list of the registrations serves the CDTarget reconciles when the registrations
+/// watch reports no change of an identity: one list per this period instead of one per
+/// reconcile (a thousand registrations times ten thousand CDTargets). A registration the watch
+/// reports created, deleted or with another `targetNamespace` or `serviceAccountName` makes the
+/// next reconcile list again at once ([`Tenants::follower`]), so the identities are never looser
+/// than the registrations the watch has seen. Every shard's registrations count, so this is a
+/// list of its own, not the (sharded) reflector of the TenantRepository controller: in a sharded
+/// deployment the watch sees this shard's registrations only, and a change of another shard's
+/// (a new one, or one moved to a ServiceAccount with fewer rights) binds within this period.
 pub const REGISTRATIONS_TTL: Duration = Duration::from_secs(30);
 
 impl Tenants {
@@ -121,6 +173,14 @@ impl Tenants {
     pub fn new(default_service_account: Option<String>) -> Self {
         let default_service_account = default_service_account.filter(|name| !name.trim().is_empty());
         Tenants { default_service_account, ..Tenants::default() }
+    }
+
+    /// What the controller's registrations watch must tell, for the identities to follow it at
+    /// once ([`crate::controller::process::Registrations::observe`]): each of its events. Cheap,
+    /// synchronous; `false` once these tenants are gone.
+    pub fn follower(&self) -> impl FnMut(&watcher::Event<TenantRepository>) -> bool + Send + 'static {
+        let followed: Weak<Followed> = Arc::downgrade(&self.followed);
+        move |event| followed.upgrade().map(|followed| followed.saw(event)).is_some()
     }
 
     /// The tenant identities of `namespace`.
@@ -172,10 +232,13 @@ impl Tenants {
 
     async fn registrations(&self, client: &Client, platform: &str) -> Result<Arc<Vec<borrowed::Registered>>, Error> {
         let mut listed = self.registrations.lock().await;
-        if let Some((at, list)) = listed.as_ref()
-            && at.elapsed() < REGISTRATIONS_TTL
+        // Read before the list: a change reported while it is under way leaves it stale.
+        let changes = self.followed.changes.load(Ordering::SeqCst);
+        if let Some(listed) = listed.as_ref()
+            && listed.changes == changes
+            && listed.at.elapsed() < REGISTRATIONS_TTL
         {
-            return Ok(list.clone());
+            return Ok(listed.registered.clone());
         }
         let api: Api<TenantRepository> = Api::namespaced(client.clone(), platform);
         let mut registered = Vec::new();
@@ -192,9 +255,9 @@ impl Tenants {
                 None => break,
             }
         }
-        let list = Arc::new(registered);
-        *listed = Some((Instant::now(), list.clone()));
-        Ok(list)
+        let registered = Arc::new(registered);
+        *listed = Some(Listed { at: Instant::now(), changes, registered: registered.clone() });
+        Ok(registered)
     }
 }
 
@@ -316,5 +379,40 @@ mod tests {
         assert_eq!(requests.len(), 2, "{requests:?}");
         assert!(requests.iter().all(|uri| uri.contains(&format!("limit={PAGE}"))), "{requests:?}");
         assert!(requests[1].contains("continue=rest"), "{requests:?}");
+    }
+
+    #[tokio::test]
+    async fn an_identity_change_the_watch_reports_lists_again_at_once_and_a_status_write_does_not() {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let client = paging_server(requests.clone());
+        let tenants = Tenants::default();
+        let mut follow = tenants.follower();
+        let lists = || requests.lock().unwrap().iter().filter(|uri| !uri.contains("continue=")).count();
+        let repo = TenantRepository::test().with_name("team-a").target_namespace("team-a").service_account("deployer");
+        assert!(follow(&watcher::Event::Apply(repo.clone())), "the tenants are alive");
+        tenants.of(&client, "cdtarget-system", "team-a").await.unwrap();
+        assert_eq!(lists(), 1);
+
+        // A status write (the watch's Modified event of every sync): the list still serves.
+        let mut synced = repo.clone();
+        synced.metadata.resource_version = Some("2".into());
+        follow(&watcher::Event::Apply(synced));
+        tenants.of(&client, "cdtarget-system", "team-a").await.unwrap();
+        assert_eq!(lists(), 1, "no identity changed");
+
+        // Within REGISTRATIONS_TTL of the list: each change of an identity lists again.
+        for change in [
+            watcher::Event::Apply(repo.clone().service_account("weaker")),
+            watcher::Event::Apply(repo.clone().with_name("team-a-second")),
+            watcher::Event::Delete(repo.clone()),
+            watcher::Event::Init,
+        ] {
+            let before = lists();
+            follow(&change);
+            tenants.of(&client, "cdtarget-system", "team-a").await.unwrap();
+            assert_eq!(lists(), before + 1, "{change:?}");
+        }
+        drop(tenants);
+        assert!(!follow(&watcher::Event::Apply(repo)), "gone with the tenants");
     }
 }

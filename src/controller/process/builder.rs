@@ -233,6 +233,8 @@ impl Builder {
                 }))
                 .with_readiness(readiness.clone()),
         );
+        // A registration's identity changed binds the very next CDTarget reconcile.
+        registrations.observe(target_ctx.tenants.follower());
         let target_ctx = Arc::new(target_ctx.with_readiness(readiness));
         let config = controller::Config::default().concurrency(settings.reconcile_concurrency);
 

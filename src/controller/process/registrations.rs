@@ -1,7 +1,8 @@
 //! The one watch of the registrations: reflected into one store, and handed to every consumer
 //! that subscribes (the webhook receiver's index for the life of the process, the
 //! TenantRepository controller while this replica leads). A late subscriber starts with the
-//! registrations as they stand, as an initial list, so it never misses one.
+//! registrations as they stand, as an initial list, so it never misses one. An observer
+//! ([`Registrations::observe`]) is told each event in step with the store, before any subscriber.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -22,9 +23,13 @@ pub struct Registrations {
     hub: Arc<Mutex<Hub>>,
 }
 
+/// Told an event of the registrations watch; returns `false` once it wants no more.
+pub type Observer = Box<dyn FnMut(&watcher::Event<TenantRepository>) -> bool + Send>;
+
 struct Hub {
     writer: Writer<TenantRepository>,
     subscribers: Vec<mpsc::UnboundedSender<watcher::Event<TenantRepository>>>,
+    observers: Vec<Observer>,
     /// The registrations of a list under way (`Init` seen, `InitDone` not yet).
     listing: Option<Vec<TenantRepository>>,
     /// An initial list has completed: the store holds every registration.
@@ -40,7 +45,13 @@ impl Registrations {
     ) -> (Registrations, impl Future<Output = ()> + Send + 'static) {
         let writer = Writer::default();
         let store = writer.as_reader();
-        let hub = Arc::new(Mutex::new(Hub { writer, subscribers: Vec::new(), listing: None, listed: false }));
+        let hub = Arc::new(Mutex::new(Hub {
+            writer,
+            subscribers: Vec::new(),
+            observers: Vec::new(),
+            listing: None,
+            listed: false,
+        }));
         let driver = {
             let hub = hub.clone();
             events.for_each(move |event| {
@@ -61,6 +72,14 @@ impl Registrations {
     /// The store every consumer reads.
     pub fn store(&self) -> Store<TenantRepository> {
         self.store.clone()
+    }
+
+    /// Tells `observer` every event from now on, synchronously: once the store holds it and
+    /// before any subscriber sees it, so what the observer keeps is never behind a subscriber
+    /// (nor a reconcile the event starts). It runs under the watch's lock: it must be quick and
+    /// must not call back into [`Registrations`]. It is dropped once it returns `false`.
+    pub fn observe(&self, observer: impl FnMut(&watcher::Event<TenantRepository>) -> bool + Send + 'static) {
+        self.hub.lock().unwrap_or_else(PoisonError::into_inner).observers.push(Box::new(observer));
     }
 
     /// The events from now on, beginning with the registrations as they stand (or as listed so
@@ -99,6 +118,7 @@ impl Hub {
             watcher::Event::Delete(repo) => gone(repo),
             watcher::Event::Apply(_) => {}
         }
+        self.observers.retain_mut(|observe| observe(&event));
         // A consumer that stopped no longer needs anything.
         self.subscribers.retain(|sender| sender.unbounded_send(event.clone()).is_ok());
     }
@@ -161,5 +181,33 @@ mod tests {
         let mut stored: Vec<String> = registrations.store().state().iter().map(|r| r.name_any()).collect();
         stored.sort();
         assert_eq!(stored, ["b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn an_observer_is_told_each_event_before_any_subscriber_and_dropped_when_done() {
+        let (events, watch) = mpsc::unbounded();
+        let (registrations, driver) = Registrations::new(watch.map(Ok).boxed(), |_| {});
+        let driver = tokio::spawn(driver);
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let stays = told.clone();
+        registrations.observe(move |event| {
+            stays.lock().unwrap().push(names(std::slice::from_ref(event)).remove(0));
+            true
+        });
+        let once = told.clone();
+        registrations.observe(move |event| {
+            once.lock().unwrap().push(format!("once: {}", names(std::slice::from_ref(event))[0]));
+            false
+        });
+        let mut subscriber = registrations.subscribe();
+        for name in ["a", "b"] {
+            events.unbounded_send(watcher::Event::Apply(repo(name))).unwrap();
+            // By the time a subscriber sees the event, every observer was told.
+            assert_eq!(names(&[subscriber.next().await.unwrap()]), [format!("Apply {name}")]);
+            assert!(told.lock().unwrap().contains(&format!("Apply {name}")), "{told:?}");
+        }
+        drop(events);
+        driver.await.unwrap();
+        assert_eq!(*told.lock().unwrap(), ["Apply a", "once: Apply a", "Apply b"]);
     }
 }

@@ -1,5 +1,7 @@
 //! Paths a kustomization names: remote ones refused, local ones normalised lexically and kept
-//! inside the repository.
+//! inside the repository and out of `.git`.
+
+use super::super::files::{GIT_PATH_REFUSED, is_git_name};
 
 /// Why a path a kustomization names is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -10,6 +12,8 @@ pub enum Refusal {
     NotRelative,
     /// `..` climbs above the repository root.
     LeavesRepository,
+    /// A component is `.git`, in any letter case.
+    Git,
     /// Empty.
     Empty,
 }
@@ -29,6 +33,7 @@ impl Refusal {
             Refusal::LeavesRepository => format!(
                 "`{entry}` leaves the repository; a kustomization may only name files and directories inside it"
             ),
+            Refusal::Git => format!("`{entry}` {GIT_PATH_REFUSED}"),
             Refusal::Empty => "an empty path; name a file or a directory relative to this kustomization".to_owned(),
         }
     }
@@ -66,7 +71,8 @@ pub fn looks_like_host(entry: &str) -> bool {
 
 /// `entry` (as written in the kustomization in directory `dir`) as a root-relative, normalised
 /// path: `.` and empty segments dropped, `..` resolved lexically (symlinks are the `Files`
-/// reader's business).
+/// reader's business). A `.git` segment anywhere in `entry` is refused, even one a later `..`
+/// would leave (the kernel would still pass through it).
 pub fn resolve(dir: &str, entry: &str) -> Result<String, Refusal> {
     if entry.trim().is_empty() {
         return Err(Refusal::Empty);
@@ -76,6 +82,9 @@ pub fn resolve(dir: &str, entry: &str) -> Result<String, Refusal> {
     }
     if entry.starts_with('/') || entry.contains('\\') || entry.contains(':') || entry.contains('\0') {
         return Err(Refusal::NotRelative);
+    }
+    if entry.split('/').any(|segment| is_git_name(segment.as_bytes())) {
+        return Err(Refusal::Git);
     }
     let mut segments: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
     for segment in entry.split('/') {
@@ -147,6 +156,17 @@ mod tests {
         assert_eq!(resolve("", "/etc/passwd"), Err(Refusal::NotRelative));
         assert_eq!(resolve("", "C:\\base"), Err(Refusal::NotRelative));
         assert_eq!(resolve("", " "), Err(Refusal::Empty));
+    }
+
+    #[test]
+    fn paths_through_git_are_refused_in_any_case_however_they_get_there() {
+        for entry in [".git/config", ".GIT/x.yaml", "base/../.Git/config", "./.git", "a/.gIt/b", ".git/../base"] {
+            assert_eq!(resolve("overlays/prod", entry), Err(Refusal::Git), "{entry}");
+            assert!(Refusal::Git.message(entry).contains("outside `.git`"), "says what is accepted");
+        }
+        assert_eq!(resolve("", ".github/base").unwrap(), ".github/base");
+        assert_eq!(resolve("", ".gitignore").unwrap(), ".gitignore");
+        assert_eq!(resolve("", "git/base").unwrap(), "git/base");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 
-use super::super::files::{Files, Kind};
+use super::super::files::{Files, GIT_PATH_REFUSED, Kind, is_git_name};
 
 /// The largest line of an env file: kustomize's line scanner (Go's `bufio.Scanner`) stops at a
 /// longer one and silently drops the rest of the file; cdtarget refuses it.
@@ -56,8 +56,8 @@ fn go_path_base(path: &str) -> String {
 }
 
 /// The root-relative path of `source`, a path relative to the kustomization's directory `dir`,
-/// refused when it is a URL, absolute, or leaves `dir` (kustomize's default load restrictor,
-/// `LoadRestrictionsRootOnly`).
+/// refused when it is a URL, absolute, leaves `dir` (kustomize's default load restrictor,
+/// `LoadRestrictionsRootOnly`), or has a `.git` segment in any letter case.
 pub(crate) fn resolve(dir: &str, source: &str) -> Result<String, String> {
     if source.is_empty() {
         return Err("is empty; name a file in the kustomization's directory".into());
@@ -67,6 +67,9 @@ pub(crate) fn resolve(dir: &str, source: &str) -> Result<String, String> {
     }
     if source.starts_with('/') {
         return Err("is an absolute path; write it relative to the kustomization's directory".into());
+    }
+    if source.split('/').any(|part| is_git_name(part.as_bytes())) {
+        return Err(GIT_PATH_REFUSED.to_owned());
     }
     let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
     let floor = parts.len();
@@ -238,6 +241,15 @@ mod tests {
         assert!(resolve("over", "/etc/passwd").unwrap_err().contains("absolute"));
         assert!(resolve("over", "https://example.com/x").unwrap_err().contains("URL"));
         assert!(resolve("over", "").is_err());
+    }
+
+    #[test]
+    fn generator_paths_through_git_are_refused_in_any_case() {
+        for source in [".git/config", ".GIT/config", "sub/../.Git/config", "./.git/HEAD", "sub/.git"] {
+            let refused = resolve("over", source).expect_err(source);
+            assert!(refused.contains("passes through `.git`") && refused.contains("outside `.git`"), "{refused}");
+        }
+        assert_eq!(resolve("over", ".gitattributes").unwrap(), "over/.gitattributes");
     }
 
     #[test]
