@@ -9,6 +9,7 @@
 
 pub mod address;
 pub mod known_hosts;
+pub mod kustomize;
 pub mod manifests;
 pub mod policy;
 pub mod snapshot;

@@ -1,12 +1,13 @@
 //! `manifests_load`: arbitrary bytes as a tenant's YAML files → the loader with the tenancy
 //! checks → the children of every CDTarget, exactly as `cdtarget render` does it.
 //!
-//! Invariants: no panic; on success every object goes to the tenant's namespace, is of no kind a
-//! tenant may not apply, has `apiVersion`/`kind`/`name` that are safe as URL path segments, no
-//! pod template wears the agents' selector label, no object is defined twice, and every
-//! CDTarget renders (the loader promised it would) into children that stay in the namespace,
-//! select only their own agents and open no forbidden address; on failure every problem names
-//! one of the files.
+//! Invariants: no panic, and no stack overflow on a thread with the deployment's 2 MiB stack; on
+//! success every object goes to the tenant's namespace, is of no kind a tenant may not apply,
+//! has `apiVersion`/`kind`/`name` that are safe as URL path segments, no pod template wears the
+//! agents' selector label, no object is defined twice, and every CDTarget renders (the loader
+//! promised it would) into children that stay in the namespace, select only their own agents
+//! and open no forbidden address; on failure every problem names one of the files (but the
+//! trailing "and N more problems" of a refusal with more than the budget keeps).
 
 use std::collections::BTreeSet;
 
@@ -56,13 +57,18 @@ const CHILD_KINDS: [(&str, &str); 4] = [
     ("keda.sh", "TriggerAuthentication"),
 ];
 
-/// The fuzz target.
+/// The fuzz target: the load and the checks run on a thread with the deployment's 2 MiB stack
+/// (tokio's), where a stack overflow aborts the fuzzer as it would abort the controller.
 pub fn check(data: &[u8]) {
     let files: Vec<SourceFile> = data
         .split(|b| *b == 0)
         .zip(FILE_NAMES)
         .map(|(text, path)| SourceFile { path: path.to_owned(), text: super::text(text) })
         .collect();
+    super::kustomize::on_small_stack(move || check_files(files));
+}
+
+fn check_files(files: Vec<SourceFile>) {
     let names: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
     let policy = Policy::default();
 
@@ -70,7 +76,15 @@ pub fn check(data: &[u8]) {
         Ok(set) => set,
         Err(problems) => {
             assert!(!problems.is_empty(), "a refusal without a problem");
-            for problem in problems {
+            let limit = cdtarget::budget::Limits::default().problems;
+            assert!(problems.len() <= limit + 1, "{} problems: more than {limit} kept and one more", problems.len());
+            let last = problems.len() - 1;
+            for (i, problem) in problems.into_iter().enumerate() {
+                // The budget keeps the first problems and counts the rest in one last line.
+                if i == last && problem.file.is_none() && problem.message.starts_with("and ") {
+                    assert!(problem.message.contains("more problems"), "an unlocated problem: {problem:?}");
+                    continue;
+                }
                 let file = problem.file.as_deref().unwrap_or_else(|| panic!("problem names no file: {problem:?}"));
                 assert!(names.iter().any(|n| n == file), "problem names a file that was not loaded: {problem:?}");
                 assert!(problem.document.is_none_or(|d| d >= 1), "documents count from 1: {problem:?}");

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use checks::webhook::Scheme;
 
 /// The targets replayed here: every target of `fuzz/fuzz_targets/`.
-const REPLAYED: [&str; 10] = [
+const REPLAYED: [&str; 11] = [
     "manifests_load",
+    "kustomize_build",
     "policy_parse",
     "address_parse",
     "known_hosts_parse",
@@ -73,6 +74,11 @@ fn every_fuzz_target_is_replayed_and_has_seeds() {
 #[test]
 fn manifests_load_corpus_keeps_every_object_in_the_tenant_namespace_and_refusals_located() {
     replay("manifests_load", checks::manifests::check);
+}
+
+#[test]
+fn kustomize_build_corpus_is_refused_located_or_built_within_the_budget() {
+    replay("kustomize_build", checks::kustomize::check);
 }
 
 #[test]
