@@ -299,9 +299,7 @@ impl Walk<'_> {
         if ["configMapGenerator", "secretGenerator"].iter().any(|f| k.raw.get(f).is_some_and(|v| !v.is_null())) {
             let generated =
                 generator::generate(&k.raw, &k.file, self.files).map_err(|found| locate_all(found, &k.file))?;
-            for made in generated {
-                generator::absorb(&mut accumulated, made, &k.file).map_err(|p| vec![p])?;
-            }
+            generator::absorb_all(&mut accumulated, generated, &k.file).map_err(|p| vec![p])?;
             self.check_count(&accumulated, "configMapGenerator", &k.file)?;
         }
         for (field, entry) in &k.components {
