@@ -669,7 +669,7 @@ fn object(kind: u8, name: usize, namespace: usize, refers: Vec<(usize, usize)>) 
             subject
         })
         .collect();
-    let role = if refers.len() % 2 == 0 { "Role" } else { "ClusterRole" };
+    let role = if refers.len().is_multiple_of(2) { "Role" } else { "ClusterRole" };
     match kind {
         "RoleBinding" | "ClusterRoleBinding" => {
             object["subjects"] = Value::Array(subjects);
