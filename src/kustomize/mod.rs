@@ -9,6 +9,7 @@
 //! which the loader gives.
 
 pub mod build;
+mod comparisons;
 pub mod fields;
 pub mod files;
 pub mod generator;

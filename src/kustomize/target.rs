@@ -7,9 +7,12 @@
 //! are Kubernetes label selector strings: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`,
 //! `k`, `!k`, `k>1`, `k<1`, comma-separated (all must hold).
 
+use std::collections::HashSet;
+
 use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
+use crate::kustomize::comparisons::Counted;
 use crate::kustomize::patch::schema::MergeKeys;
 use crate::problem::{Problem, Problems};
 
@@ -142,8 +145,9 @@ pub struct LabelSelector(Vec<Requirement>);
 /// One requirement of a label selector.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Requirement {
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
+    /// The values are a set: a check costs a lookup however many a tenant lists.
+    In(String, HashSet<Counted<String>>),
+    NotIn(String, HashSet<Counted<String>>),
     Exists(String),
     DoesNotExist(String),
     GreaterThan(String, i64),
@@ -173,14 +177,14 @@ impl LabelSelector {
 
     /// Whether every requirement holds for `labels`.
     pub fn matches(&self, labels: &Map<String, Value>) -> bool {
-        let get = |key: &str| labels.get(key).map(key_text);
+        let get = |key: &str| labels.get(key).map(|v| Counted(key_text(v)));
         self.0.iter().all(|requirement| match requirement {
             Requirement::In(key, values) => get(key).is_some_and(|v| values.contains(&v)),
             Requirement::NotIn(key, values) => get(key).is_none_or(|v| !values.contains(&v)),
             Requirement::Exists(key) => labels.contains_key(key),
             Requirement::DoesNotExist(key) => !labels.contains_key(key),
-            Requirement::GreaterThan(key, n) => get(key).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-            Requirement::LessThan(key, n) => get(key).and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+            Requirement::GreaterThan(key, n) => get(key).and_then(|v| v.0.parse::<i64>().ok()).is_some_and(|v| v > *n),
+            Requirement::LessThan(key, n) => get(key).and_then(|v| v.0.parse::<i64>().ok()).is_some_and(|v| v < *n),
         })
     }
 }
@@ -216,8 +220,8 @@ fn requirement(text: &str) -> Result<(Requirement, &str), String> {
         if let Some(rest) = rest.strip_prefix(operator) {
             let (value, rest) = word(rest.trim_start());
             let value = label_value(value)?;
-            let requirement =
-                if negated { Requirement::NotIn(key, vec![value]) } else { Requirement::In(key, vec![value]) };
+            let values = HashSet::from([Counted(value)]);
+            let requirement = if negated { Requirement::NotIn(key, values) } else { Requirement::In(key, values) };
             return Ok((requirement, rest));
         }
     }
@@ -234,7 +238,8 @@ fn requirement(text: &str) -> Result<(Requirement, &str), String> {
     if operator == "in" || operator == "notin" {
         let inner = after.trim_start().strip_prefix('(').ok_or_else(|| format!("`{key} {operator}`: expected `(`"))?;
         let close = inner.find(')').ok_or_else(|| format!("`{key} {operator} (`: expected `)`"))?;
-        let values = inner[..close].split(',').map(|v| label_value(v.trim())).collect::<Result<Vec<_>, _>>()?;
+        let values =
+            inner[..close].split(',').map(|v| label_value(v.trim()).map(Counted)).collect::<Result<HashSet<_>, _>>()?;
         let requirement = if operator == "in" { Requirement::In(key, values) } else { Requirement::NotIn(key, values) };
         return Ok((requirement, &inner[close + 1..]));
     }
@@ -270,8 +275,10 @@ fn label_value(value: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
+    use crate::kustomize::comparisons::counted;
 
     fn labels(value: Value) -> Map<String, Value> {
         value.as_object().unwrap().clone()
@@ -343,6 +350,20 @@ mod tests {
         assert!(target(json!({"namespace": "team-a"})).matches_with(&object, Some("web"), Some("")));
         assert!(!target(json!({"namespace": "team-b"})).matches_with(&object, Some("web"), Some("")));
         assert!(!target(json!({"kind": "Deployment", "name": "web"})).matches_with(&object, Some("web"), None));
+    }
+
+    #[test]
+    fn attacker_a_selector_listing_ten_thousand_values_costs_a_lookup_per_object() {
+        let values: Vec<String> = (0..10_000).map(|i| format!("v{i}")).collect();
+        let selector =
+            LabelSelector::parse(&format!("app in ({}),tier notin ({})", values.join(","), values.join(",")))
+                .expect("a selector");
+        let objects: Vec<Map<String, Value>> =
+            (0..10_000).map(|i| labels(json!({"app": format!("v{}", 2 * i), "tier": "web"}))).collect();
+        let (selected, work) = counted(|| objects.iter().filter(|l| selector.matches(l)).count());
+        assert_eq!(selected, 5_000);
+        // A hash and a comparison or two per requirement and object, not one per listed value.
+        assert!(work <= 3 * 2 * objects.len(), "{work} comparisons");
     }
 
     #[test]

@@ -340,14 +340,14 @@ impl Walk<'_> {
         if ["configMapGenerator", "secretGenerator"].iter().any(|f| k.raw.get(f).is_some_and(|v| !v.is_null())) {
             let generated =
                 generator::generate(&k.raw, &k.file, self.files).map_err(|found| locate_all(found, &k.file))?;
-            for made in generated {
+            for made in &generated {
                 let refused = |overrun: budget::Overrun| {
                     vec![Problem::field(&made.field, overrun.to_string()).located(&k.file, None, None)]
                 };
                 budget::charge(|b| b.count_objects(1)).map_err(refused)?;
                 budget::charge_value(&made.object).map_err(refused)?;
-                generator::absorb(&mut accumulated, made, &k.file).map_err(|p| vec![p])?;
             }
+            generator::absorb_all(&mut accumulated, generated, &k.file).map_err(|p| vec![p])?;
             self.check_count(&accumulated, "configMapGenerator", &k.file)?;
         }
         for (field, entry) in &k.components {

@@ -10,12 +10,13 @@
 //! then `@sha256:digest` (kustomize's rule, with the name taken literally: kustomize reads it
 //! as a regular expression, where `.` matches any character).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
 use super::fieldspec::{Create, IMAGES, shape, walk};
 use super::{known_keys, list, optional_string};
+use crate::kustomize::comparisons::Counted;
 use crate::problem::{Problem, Problems, join_path};
 
 /// The longest image name, new name, tag or digest accepted.
@@ -25,6 +26,8 @@ pub const MAX_IMAGE_LENGTH: usize = 1024;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Images {
     entries: Vec<Image>,
+    /// The positions of the entries (ascending) by `name`.
+    by_name: HashMap<Counted<String>, Vec<usize>>,
 }
 
 /// One `images` entry.
@@ -77,7 +80,15 @@ impl Images {
                 entries.push(Image { name, new_name, new_tag, digest });
             }
         }
-        problems.finish(Images { entries })
+        problems.finish(Images::new(entries))
+    }
+
+    fn new(entries: Vec<Image>) -> Images {
+        let mut by_name: HashMap<Counted<String>, Vec<usize>> = HashMap::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            by_name.entry(Counted(entry.name.clone())).or_default().push(i);
+        }
+        Images { entries, by_name }
     }
 
     /// Whether there is nothing to do.
@@ -108,15 +119,18 @@ impl Images {
         Ok(())
     }
 
-    /// Rewrites `image` (at `at` in the object) by every entry in order.
+    /// Rewrites `image` (at `at` in the object) by every entry in order: by the entries it
+    /// matches, found through their names, not by a comparison with each.
     fn set(&self, image: &mut Value, at: &str) -> Result<(), Problem> {
         match image {
             Value::Null => Ok(()),
             Value::String(current) => {
-                for entry in &self.entries {
-                    if let Some(new) = entry.rewrite(current) {
+                let mut from = 0;
+                while let Some(i) = self.next_match(current, from) {
+                    if let Some(new) = self.entries[i].rewrite(current) {
                         *current = new;
                     }
+                    from = i + 1;
                 }
                 Ok(())
             }
@@ -126,6 +140,29 @@ impl Images {
             )),
         }
     }
+}
+
+impl Images {
+    /// The first entry from position `from` on whose name `image` may match ([`matches`]): every
+    /// other entry there leaves it as it is.
+    fn next_match(&self, image: &str, from: usize) -> Option<usize> {
+        names_it_may_match(image)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.by_name.get(&Counted(name.to_owned())))
+            .filter_map(|positions| positions.get(positions.partition_point(|&i| i < from)).copied())
+            .min()
+    }
+}
+
+/// Every name an image matches by [`matches`]: it is the image with nothing, `:tag`, `@sha256:digest`
+/// or both taken off its end, and tags and digests hold neither `:` nor `@`, so each of those is
+/// cut at the last `:` or `@` (some of these may not match: [`Image::rewrite`] decides).
+fn names_it_may_match(image: &str) -> [Option<&str>; 4] {
+    let at = image.rfind('@');
+    let colon = image.rfind(':');
+    let colon_before_at = at.and_then(|at| image[..at].rfind(':'));
+    [Some(image), at.map(|at| &image[..at]), colon.map(|c| &image[..c]), colon_before_at.map(|c| &image[..c])]
 }
 
 impl Image {
@@ -312,9 +349,11 @@ fn digest(value: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::{Just, ProptestConfig, Strategy, prop_oneof};
     use serde_json::json;
 
     use super::*;
+    use crate::kustomize::comparisons::counted;
 
     const SHA: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -484,5 +523,74 @@ mod tests {
         assert_eq!(found, ["images[0].name: 1025 bytes; at most 1024 are accepted"]);
         let many: Vec<Value> = (0..=super::super::MAX_ENTRIES).map(|_| json!({"name": "a"})).collect();
         assert!(refused(Value::Array(many))[0].starts_with("images: 1001 entries"));
+    }
+
+    // === the entries found by name against every entry compared ===
+
+    /// Image names, with tags, digests, registry ports and the characters around them.
+    const NAMES: [&str; 8] =
+        ["nginx", "nginx:1", "reg:5000/nginx", "nginx@sha256", "x@sha256:ab", "", "a.b", "reg:5000"];
+
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0..NAMES.len()).prop_map(|i| NAMES[i].to_owned()),
+            Just(":1".to_owned()),
+            Just(":{x}-y.z".to_owned()),
+            Just("@sha256:ab".to_owned()),
+            Just("@sha256:".to_owned()),
+            Just(":".to_owned()),
+            Just("/".to_owned()),
+        ]
+    }
+
+    fn entry() -> impl Strategy<Value = Image> {
+        let new_name = proptest::option::of(prop_oneof![Just("nginx"), Just("other"), Just("reg:5000/nginx")]);
+        let new_tag = proptest::option::of(prop_oneof![Just("1"), Just("2"), Just("")]);
+        let digest = proptest::option::of(Just("sha256:ab"));
+        ((0..NAMES.len()), new_name, new_tag, digest).prop_map(|(name, new_name, new_tag, digest)| Image {
+            name: NAMES[name].to_owned(),
+            new_name: new_name.map(str::to_owned),
+            new_tag: new_tag.map(str::to_owned),
+            digest: digest.map(str::to_owned),
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn the_entries_found_by_name_rewrite_what_every_entry_compared_did(
+            entries in proptest::collection::vec(entry(), 0..8),
+            pieces in proptest::collection::vec(piece(), 1..4),
+        ) {
+            let images = Images::new(entries);
+            let image = pieces.concat();
+            let mut before = image.clone();
+            for entry in &images.entries {
+                if let Some(new) = entry.rewrite(&before) {
+                    before = new;
+                }
+            }
+            let mut indexed = Value::String(image);
+            images.set(&mut indexed, "image").unwrap();
+            proptest::prop_assert_eq!(indexed, Value::String(before));
+        }
+    }
+
+    #[test]
+    fn attacker_a_thousand_entries_over_twenty_thousand_containers_take_linear_work() {
+        let (count, entries) = (20_000, crate::kustomize::fields::MAX_ENTRIES);
+        let images =
+            images(Value::Array((0..entries).map(|i| json!({"name": format!("app-{i}"), "newTag": "2"})).collect()));
+        let containers: Vec<Value> = (0..count)
+            .map(|i| json!({"name": format!("c{i}"), "image": format!("app-{}:1", i % (2 * entries))}))
+            .collect();
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": containers}});
+        let (applied, work) = counted(|| images.apply(&mut pod));
+        applied.unwrap();
+        assert_eq!(pod["spec"]["containers"][entries - 1]["image"], format!("app-{}:2", entries - 1));
+        assert_eq!(pod["spec"]["containers"][entries]["image"], format!("app-{entries}:1"));
+        // A few lookups per image; comparing it with every entry made 1,000.
+        assert!(work <= 6 * count, "{work} comparisons for {count} images");
     }
 }

@@ -6,10 +6,13 @@
 //! `includeSelectors` (always, for `commonLabels`) also the selectors of
 //! [`COMMON_LABELS`](super::fieldspec::COMMON_LABELS).
 
-use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+
+use serde_json::{Map, Value};
 
 use super::fieldspec::{COMMON_LABELS, Create, FieldSpec, METADATA_LABELS, TEMPLATE_LABELS, find, shape, walk};
 use super::{MAX_ENTRIES, known_keys, label_value, list, qualified_name, string_map};
+use crate::kustomize::comparisons::Counted;
 use crate::problem::{Problem, Problems, join_path};
 
 /// `commonLabels` and `labels` of one kustomization.
@@ -92,7 +95,10 @@ impl Labels {
     /// happened cannot be told from the object, so neither is guessed.
     pub fn apply(&self, object: &mut Value) -> Result<(), Problem> {
         for set in &self.sets {
+            // Each label value changed, once, with where it was first changed: the problem
+            // names the first one a field left alone still holds.
             let mut changed: Vec<(&str, String, &str)> = Vec::new();
+            let mut first: HashMap<Counted<(&str, String)>, usize> = HashMap::new();
             for spec in set.specs {
                 walk(object, spec, Create::Map, &mut |node, at| match node {
                     // Only reached without `create`: kustomize leaves a null selector alone.
@@ -103,7 +109,10 @@ impl Labels {
                             if let Some(Value::String(old)) = old
                                 && old != *value
                             {
-                                changed.push((key, old, value));
+                                first.entry(Counted((key.as_str(), old.clone()))).or_insert_with(|| {
+                                    changed.push((key, old, value));
+                                    changed.len() - 1
+                                });
                             }
                         }
                         Ok(())
@@ -117,23 +126,37 @@ impl Labels {
             if changed.is_empty() {
                 continue;
             }
+            let keys: BTreeSet<&str> = changed.iter().map(|(key, _, _)| *key).collect();
+            // The first change `labels` still holds, looked up by its keys or by the changed
+            // keys, whichever are fewer.
+            let held = |labels: &Map<String, Value>| -> Option<usize> {
+                let change = |key: &str, value: &Value| {
+                    value.as_str().and_then(|old| first.get(&Counted((key, old.to_owned())))).copied()
+                };
+                if labels.len() <= keys.len() {
+                    labels.iter().filter_map(|(key, value)| change(key, value)).min()
+                } else {
+                    keys.iter().filter_map(|key| change(key, labels.get(*key)?)).min()
+                }
+            };
             let mut stale = None;
             for spec in COMMON_LABELS.iter().filter(|spec| !set.specs.contains(spec)) {
                 find(object, spec, &mut |node, at| {
-                    for (key, old, new) in &changed {
-                        if stale.is_none() && node.get(*key).and_then(Value::as_str) == Some(old) {
-                            stale = Some(Problem::field(
-                                join_path(at, key),
-                                format!(
-                                    "{} changes label `{key}` from `{old}` to `{new}` but not here, where it is `{old}` \
-                                     too: kustomize v5.5 changes it here as well when one transformer (`commonLabels` \
-                                     or `includeSelectors`, here or in a base) wrote both, and not otherwise; set it \
-                                     with `includeSelectors: true` to change it everywhere, or keep its value",
-                                    set.field
-                                ),
-                            ));
-                        }
+                    if stale.is_some() {
+                        return;
                     }
+                    let Some(i) = node.as_object().and_then(held) else { return };
+                    let (key, old, new) = &changed[i];
+                    stale = Some(Problem::field(
+                        join_path(at, key),
+                        format!(
+                            "{} changes label `{key}` from `{old}` to `{new}` but not here, where it is `{old}` \
+                             too: kustomize v5.5 changes it here as well when one transformer (`commonLabels` \
+                             or `includeSelectors`, here or in a base) wrote both, and not otherwise; set it \
+                             with `includeSelectors: true` to change it everywhere, or keep its value",
+                            set.field
+                        ),
+                    ));
                 });
             }
             if let Some(problem) = stale {
@@ -146,9 +169,11 @@ impl Labels {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::{ProptestConfig, Strategy};
     use serde_json::json;
 
     use super::*;
+    use crate::kustomize::comparisons::counted;
 
     fn deployment() -> Value {
         json!({
@@ -318,5 +343,132 @@ mod tests {
     fn nothing_to_do_without_pairs() {
         assert!(labels(json!({"labels": [{"pairs": {}}], "commonLabels": null})).is_empty());
         assert!(!labels(json!({"commonLabels": {"a": "b"}})).is_empty());
+    }
+
+    // === stale labels found by lookups against every change compared with every field ===
+
+    /// `apply` as it was: every change compared with every field left alone.
+    fn apply_before(labels: &Labels, object: &mut Value) -> Result<(), Problem> {
+        for set in &labels.sets {
+            let mut changed: Vec<(&str, String, &str)> = Vec::new();
+            for spec in set.specs {
+                walk(object, spec, Create::Map, &mut |node, at| match node {
+                    // Only reached without `create`: kustomize leaves a null selector alone.
+                    Value::Null => Ok(()),
+                    Value::Object(labels) => {
+                        for (key, value) in &set.pairs {
+                            let old = labels.insert(key.clone(), Value::String(value.clone()));
+                            if let Some(Value::String(old)) = old
+                                && old != *value
+                            {
+                                changed.push((key, old, value));
+                            }
+                        }
+                        Ok(())
+                    }
+                    other => Err(Problem::field(
+                        at,
+                        format!("{} cannot add labels here: expected a map, found {}", set.field, shape(other)),
+                    )),
+                })?;
+            }
+            if changed.is_empty() {
+                continue;
+            }
+            let mut stale = None;
+            for spec in COMMON_LABELS.iter().filter(|spec| !set.specs.contains(spec)) {
+                find(object, spec, &mut |node, at| {
+                    for (key, old, new) in &changed {
+                        if stale.is_none() && node.get(*key).and_then(Value::as_str) == Some(old) {
+                            stale = Some(Problem::field(
+                                join_path(at, key),
+                                format!(
+                                    "{} changes label `{key}` from `{old}` to `{new}` but not here, where it is `{old}` \
+                                     too: kustomize v5.5 changes it here as well when one transformer (`commonLabels` \
+                                     or `includeSelectors`, here or in a base) wrote both, and not otherwise; set it \
+                                     with `includeSelectors: true` to change it everywhere, or keep its value",
+                                    set.field
+                                ),
+                            ));
+                        }
+                    }
+                });
+            }
+            if let Some(problem) = stale {
+                return Err(problem);
+            }
+        }
+        Ok(())
+    }
+
+    const KEYS: [&str; 3] = ["app", "team", "tier"];
+    const VALUES: [&str; 3] = ["a", "b", "c"];
+
+    fn label_map() -> impl Strategy<Value = Value> {
+        proptest::collection::btree_map(0..3usize, 0..3usize, 0..3)
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (KEYS[k].to_owned(), json!(VALUES[v]))).collect()))
+    }
+
+    /// A StatefulSet whose selector, template and claim templates hold some of the labels.
+    fn stateful_set() -> impl Strategy<Value = Value> {
+        (label_map(), label_map(), label_map(), proptest::collection::vec(label_map(), 0..3)).prop_map(
+            |(metadata, selector, template, claims)| {
+                let claims: Vec<Value> = claims.into_iter().map(|l| json!({"metadata": {"labels": l}})).collect();
+                json!({
+                    "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "labels": metadata},
+                    "spec": {"selector": {"matchLabels": selector}, "template": {"metadata": {"labels": template}},
+                             "volumeClaimTemplates": claims},
+                })
+            },
+        )
+    }
+
+    fn kustomization() -> impl Strategy<Value = Value> {
+        let entry = (label_map(), 0..3usize).prop_map(|(pairs, flag)| match flag {
+            0 => json!({"pairs": pairs}),
+            1 => json!({"pairs": pairs, "includeTemplates": true}),
+            _ => json!({"pairs": pairs, "includeSelectors": true}),
+        });
+        (proptest::collection::vec(entry, 0..3), label_map())
+            .prop_map(|(labels, common)| json!({"labels": labels, "commonLabels": common}))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn stale_labels_are_found_as_comparing_every_change_with_every_field_found_them(
+            object in stateful_set(),
+            layers in proptest::collection::vec(kustomization(), 1..3),
+        ) {
+            let mut indexed = object.clone();
+            let mut before = object;
+            for layer in layers {
+                let layer = labels(layer);
+                let (a, b) = (layer.apply(&mut indexed), apply_before(&layer, &mut before));
+                proptest::prop_assert_eq!(&a, &b);
+                proptest::prop_assert_eq!(&indexed, &before);
+                if a.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn attacker_a_thousand_changed_labels_over_twenty_thousand_claim_templates_take_linear_work() {
+        let (count, pairs) = (20_000, crate::kustomize::fields::MAX_ENTRIES);
+        let old: Map<String, Value> = (0..pairs).map(|i| (format!("k{i}"), json!("old"))).collect();
+        let new: Map<String, Value> = (0..pairs).map(|i| (format!("k{i}"), json!("new"))).collect();
+        let claims: Vec<Value> = (0..count).map(|_| json!({"metadata": {"labels": {"k0": "other"}}})).collect();
+        let mut object = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "labels": old},
+            "spec": {"volumeClaimTemplates": claims}});
+        let layer = labels(json!({"labels": [{"pairs": new}]}));
+        let (applied, work) = counted(|| layer.apply(&mut object));
+        applied.unwrap();
+        assert_eq!(object["metadata"]["labels"]["k999"], "new");
+        // A lookup per change and per claim template; comparing each change with each template
+        // made 20 million.
+        assert!(work <= 3 * (pairs + count), "{work} comparisons");
     }
 }

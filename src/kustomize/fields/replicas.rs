@@ -2,10 +2,13 @@
 //! ReplicaSets and StatefulSets ([`REPLICAS`]) that answer to an entry's name, now or before a
 //! rename. An entry no such object answers to is an error, as in kustomize.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::fieldspec::{Create, REPLICAS, shape, walk};
 use super::{known_keys, list, optional_string};
+use crate::kustomize::comparisons::Counted;
 use crate::kustomize::resource::Resource;
 use crate::problem::{Problem, Problems};
 
@@ -75,20 +78,33 @@ impl Replicas {
     /// Sets the replicas of one object, which answers to `answers_to(name)` for its current and
     /// earlier names.
     pub fn apply(&self, object: &mut Value, answers_to: &dyn Fn(&str) -> bool) -> Result<(), Problem> {
-        self.apply_matching(object, answers_to).map(drop)
+        let entries = (0..self.entries.len()).filter(|&i| answers_to(&self.entries[i].name));
+        self.apply_entries(object, entries).map(drop)
     }
 
     /// [`apply`](Self::apply) over a whole build, then an error for each entry no object
     /// answered to (`replicas[1].name`), as kustomize fails then. This is what the builder calls.
+    /// The entries are indexed by name, so each object costs a lookup per name it had, not a
+    /// comparison per entry.
     pub fn apply_all(&self, resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
+        let mut by_name: HashMap<Counted<&str>, Vec<usize>> = HashMap::with_capacity(self.entries.len());
+        for (i, entry) in self.entries.iter().enumerate() {
+            by_name.entry(Counted(entry.name.as_str())).or_default().push(i);
+        }
         let mut found = vec![false; self.entries.len()];
         let mut problems = Vec::new();
         for resource in resources.iter_mut() {
-            let previous: Vec<String> = resource.previous.iter().map(|p| p.name.clone()).collect();
-            let current = resource.name().to_owned();
-            // `names::answers_to`'s rule, on copies: the object is borrowed mutably below.
-            let answers = |name: &str| name == current || previous.iter().any(|p| p == name);
-            match self.apply_matching(&mut resource.object, &answers) {
+            // `names::answers_to`'s rule: the entries named as the object is now or was before.
+            let names = std::iter::once(resource.name()).chain(resource.previous.iter().map(|p| p.name.as_str()));
+            let mut entries: Vec<usize> =
+                names.filter_map(|name| by_name.get(&Counted(name))).flatten().copied().collect();
+            if entries.is_empty() {
+                continue;
+            }
+            // In the entries' order, each once, as a scan of them would apply them.
+            entries.sort_unstable();
+            entries.dedup();
+            match self.apply_entries(&mut resource.object, entries.into_iter()) {
                 Ok(matched) => matched.into_iter().for_each(|i| found[i] = true),
                 Err(problem) => problems.push(problem),
             }
@@ -108,13 +124,12 @@ impl Replicas {
         if problems.is_empty() { Ok(()) } else { Err(problems) }
     }
 
-    /// Sets the replicas of `object` and says which entries it answered to.
-    fn apply_matching(&self, object: &mut Value, answers_to: &dyn Fn(&str) -> bool) -> Result<Vec<usize>, Problem> {
+    /// Sets the replicas of `object` by `entries` (positions, in order) and says which of them
+    /// it is a workload for.
+    fn apply_entries(&self, object: &mut Value, entries: impl Iterator<Item = usize>) -> Result<Vec<usize>, Problem> {
         let mut matched = Vec::new();
-        for (i, entry) in self.entries.iter().enumerate() {
-            if !answers_to(&entry.name) {
-                continue;
-            }
+        for i in entries {
+            let entry = &self.entries[i];
             for spec in REPLICAS {
                 if !spec.selects(object) {
                     continue;
@@ -132,9 +147,11 @@ impl Replicas {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::{ProptestConfig, Strategy, any};
     use serde_json::json;
 
     use super::*;
+    use crate::kustomize::comparisons::counted;
     use crate::kustomize::resource::{Origin, PreviousId};
 
     fn replicas(entries: Value) -> Replicas {
@@ -197,6 +214,93 @@ mod tests {
         let mut object = json!({"kind": "Deployment", "metadata": {"name": "web"}, "spec": "x"});
         let problem = replicas(json!([{"name": "web", "count": 1}])).apply(&mut object, &|n| n == "web").unwrap_err();
         assert_eq!(problem.field, "spec");
+    }
+
+    /// `apply_all` as it was before the index: every entry compared with every object's names.
+    fn apply_all_before(replicas: &Replicas, resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
+        let mut found = vec![false; replicas.entries.len()];
+        let mut problems = Vec::new();
+        for resource in resources.iter_mut() {
+            let previous: Vec<String> = resource.previous.iter().map(|p| p.name.clone()).collect();
+            let current = resource.name().to_owned();
+            let answers = |name: &str| name == current || previous.iter().any(|p| p == name);
+            let entries = (0..replicas.entries.len()).filter(|&i| answers(&replicas.entries[i].name));
+            match replicas.apply_entries(&mut resource.object, entries) {
+                Ok(matched) => matched.into_iter().for_each(|i| found[i] = true),
+                Err(problem) => problems.push(problem),
+            }
+        }
+        for (i, entry) in replicas.entries.iter().enumerate() {
+            if !found[i] {
+                problems.push(Problem::field(
+                    format!("replicas[{i}].name"),
+                    format!(
+                        "no Deployment, ReplicationController, ReplicaSet or StatefulSet is named `{}` (now or before \
+                         a rename)",
+                        entry.name
+                    ),
+                ));
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems) }
+    }
+
+    const NAMES: [&str; 3] = ["a", "b", "c"];
+
+    /// A workload (or not) named from [`NAMES`], maybe renamed, maybe with a spec that is no map.
+    fn object() -> impl Strategy<Value = Resource> {
+        (0..3usize, 0..3usize, proptest::collection::vec(0..3usize, 0..3), any::<bool>()).prop_map(
+            |(kind, name, earlier, broken)| {
+                let kind = ["Deployment", "StatefulSet", "HorizontalPodAutoscaler"][kind];
+                let mut object = json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": NAMES[name]}});
+                if broken {
+                    object["spec"] = json!("x");
+                }
+                let mut resource = resource(object);
+                resource.previous =
+                    earlier.into_iter().map(|n| PreviousId { name: NAMES[n].into(), namespace: None }).collect();
+                resource
+            },
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn the_indexed_entries_give_what_the_scan_gave(
+            resources in proptest::collection::vec(object(), 0..6),
+            entries in proptest::collection::vec((0..3usize, 0..5i64), 0..5),
+        ) {
+            let entries: Vec<Value> = entries.into_iter().map(|(n, c)| json!({"name": NAMES[n], "count": c})).collect();
+            let replicas = replicas(Value::Array(entries));
+            let mut indexed = resources.clone();
+            let mut before = resources;
+            proptest::prop_assert_eq!(replicas.apply_all(&mut indexed), apply_all_before(&replicas, &mut before));
+            proptest::prop_assert_eq!(indexed, before);
+        }
+    }
+
+    #[test]
+    fn attacker_a_thousand_entries_over_twenty_thousand_objects_take_linear_work() {
+        let (count, entries) = (20_000, crate::kustomize::fields::MAX_ENTRIES);
+        let mut objects: Vec<Resource> = (0..count)
+            .map(|i| {
+                let mut renamed = resource(
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": format!("p-web-{i}")}}),
+                );
+                renamed.previous.push(PreviousId { name: format!("web-{i}"), namespace: None });
+                renamed
+            })
+            .collect();
+        let replicas =
+            replicas(Value::Array((0..entries).map(|i| json!({"name": format!("web-{i}"), "count": 2})).collect()));
+        let (applied, work) = counted(|| replicas.apply_all(&mut objects));
+        applied.expect("every entry names a Deployment");
+        assert_eq!(objects[entries - 1].object["spec"]["replicas"], 2);
+        assert!(objects[entries].object.get("spec").is_none());
+        // A lookup per name of each object; the scan compared each of them with every entry.
+        assert!(work <= 3 * (2 * count + entries), "{work} comparisons");
     }
 
     #[test]

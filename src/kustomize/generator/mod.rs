@@ -10,12 +10,13 @@
 mod hash;
 mod sources;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value};
 
 pub use self::hash::content_hash;
 use self::sources::{encode_base64, invalid_key, parse_env, parse_file_source, parse_literal, read_file, resolve};
+use super::comparisons::Counted;
 use super::files::Files;
 use super::resource::{Origin, Resource};
 use crate::problem::{Problem, Problems};
@@ -451,27 +452,82 @@ fn string_object(map: &BTreeMap<String, String>) -> Value {
 /// current or earlier name and namespace are the entry's (no namespace means `default`).
 /// Problems name the entry and are located in `kustomization_file`.
 pub fn absorb(resources: &mut Vec<Resource>, generated: Generated, kustomization_file: &str) -> Result<(), Problem> {
-    let effective = |ns: Option<&str>| match ns {
-        None | Some("") => "default".to_owned(),
-        Some(ns) => ns.to_owned(),
-    };
+    absorb_all(resources, vec![generated], kustomization_file)
+}
+
+/// [`absorb`] for every object of a kustomization's generators, in order (each sees what the
+/// ones before it added), stopping at the first problem. The objects they may merge into are
+/// found through an index by kind, name and namespace built once, so many entries over many
+/// objects stay linear.
+pub fn absorb_all(
+    resources: &mut Vec<Resource>,
+    generated: Vec<Generated>,
+    kustomization_file: &str,
+) -> Result<(), Problem> {
+    let mut index = Answering::new(resources);
+    for made in generated {
+        absorb_one(resources, &mut index, made, kustomization_file)?;
+    }
+    Ok(())
+}
+
+/// The effective namespace of a generator's match: none, or empty, is `default`.
+fn effective(namespace: Option<&str>) -> &str {
+    match namespace {
+        None | Some("") => "default",
+        Some(namespace) => namespace,
+    }
+}
+
+/// The `v1` objects of a build by kind, name and effective namespace, now or before a rename: the
+/// objects a generator entry of that kind, name and namespace merges into or replaces.
+struct Answering(HashMap<Counted<(String, String, String)>, Vec<usize>>);
+
+impl Answering {
+    fn new(resources: &[Resource]) -> Self {
+        let mut index = Answering(HashMap::with_capacity(resources.len()));
+        for (position, resource) in resources.iter().enumerate() {
+            if resource.object.get("apiVersion").and_then(Value::as_str) != Some("v1") {
+                continue;
+            }
+            let namespace = resource.object.pointer("/metadata/namespace").and_then(Value::as_str);
+            index.add(resource.kind(), resource.name(), namespace, position);
+            for previous in &resource.previous {
+                index.add(resource.kind(), &previous.name, previous.namespace.as_deref(), position);
+            }
+        }
+        index
+    }
+
+    fn add(&mut self, kind: &str, name: &str, namespace: Option<&str>, position: usize) {
+        let key = Counted((kind.to_owned(), name.to_owned(), effective(namespace).to_owned()));
+        let positions = self.0.entry(key).or_default();
+        // An object answers once, whichever of its ids matched.
+        if positions.last() != Some(&position) {
+            positions.push(position);
+        }
+    }
+
+    fn get(&self, kind: &str, name: &str, namespace: &str) -> &[usize] {
+        self.0.get(&Counted((kind.to_owned(), name.to_owned(), namespace.to_owned()))).map_or(&[], Vec::as_slice)
+    }
+}
+
+fn absorb_one(
+    resources: &mut Vec<Resource>,
+    index: &mut Answering,
+    generated: Generated,
+    kustomization_file: &str,
+) -> Result<(), Problem> {
     let (kind, name, namespace) =
-        (generated.kind().to_owned(), generated.name().to_owned(), effective(generated.namespace()));
-    let matches: Vec<usize> = resources
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| {
-            r.kind() == kind
-                && r.object.get("apiVersion").and_then(Value::as_str) == Some("v1")
-                && ((r.name() == name
-                    && effective(r.object.pointer("/metadata/namespace").and_then(Value::as_str)) == namespace)
-                    || r.previous.iter().any(|p| p.name == name && effective(p.namespace.as_deref()) == namespace))
-        })
-        .map(|(i, _)| i)
-        .collect();
+        (generated.kind().to_owned(), generated.name().to_owned(), effective(generated.namespace()).to_owned());
+    let matches = index.get(&kind, &name, &namespace);
     let located = |p: Problem| p.located(kustomization_file, None, None);
-    match (matches.as_slice(), generated.behavior) {
+    match (matches, generated.behavior) {
         ([], Behavior::Create) => {
+            // A merge or replacement keeps the object's kind, name and namespace: only a new
+            // object changes the index.
+            index.add(&kind, &name, Some(&namespace), resources.len());
             resources.push(generated.into_resource(kustomization_file));
             Ok(())
         }
@@ -483,13 +539,13 @@ pub fn absorb(resources: &mut Vec<Resource>, generated: Generated, kustomization
                 if behavior == Behavior::Merge { "merge into" } else { "replace" }
             ),
         ))),
-        ([one], _) => {
+        (&[one], _) => {
             let field = generated.field.clone();
-            combine(&mut resources[*one], generated).map_err(|p| located(p.under(&field)))
+            combine(&mut resources[one], generated).map_err(|p| located(p.under(&field)))
         }
-        (_, _) => Err(located(Problem::field(
+        (several, _) => Err(located(Problem::field(
             generated.field.clone(),
-            format!("{} objects answer to {kind} `{name}` in namespace `{namespace}`; rename one", matches.len()),
+            format!("{} objects answer to {kind} `{name}` in namespace `{namespace}`; rename one", several.len()),
         ))),
     }
 }

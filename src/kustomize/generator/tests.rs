@@ -1,6 +1,8 @@
+use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
+use crate::kustomize::comparisons::counted;
 use crate::kustomize::files::MemoryFiles;
 use crate::kustomize::resource::PreviousId;
 
@@ -347,4 +349,124 @@ fn absorb_appends_merges_by_an_earlier_name_and_refuses_a_merge_into_nothing() {
         ),
         "{problem}"
     );
+}
+
+// === absorb: the index against the scan it replaced ===
+
+/// `absorb` as it was before the index: a scan of every object for each entry.
+fn absorb_before(resources: &mut Vec<Resource>, generated: Generated, kustomization_file: &str) -> Result<(), Problem> {
+    let effective = |ns: Option<&str>| match ns {
+        None | Some("") => "default".to_owned(),
+        Some(ns) => ns.to_owned(),
+    };
+    let (kind, name, namespace) =
+        (generated.kind().to_owned(), generated.name().to_owned(), effective(generated.namespace()));
+    let matches: Vec<usize> = resources
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.kind() == kind
+                && r.object.get("apiVersion").and_then(Value::as_str) == Some("v1")
+                && ((r.name() == name
+                    && effective(r.object.pointer("/metadata/namespace").and_then(Value::as_str)) == namespace)
+                    || r.previous.iter().any(|p| p.name == name && effective(p.namespace.as_deref()) == namespace))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let located = |p: Problem| p.located(kustomization_file, None, None);
+    match (matches.as_slice(), generated.behavior) {
+        ([], Behavior::Create) => {
+            resources.push(generated.into_resource(kustomization_file));
+            Ok(())
+        }
+        ([], behavior) => Err(located(Problem::field(
+            format!("{}.behavior", generated.field),
+            format!(
+                "there is no {kind} `{name}` in namespace `{namespace}` to {}: declare or generate it in a base, or \
+                 drop `behavior`",
+                if behavior == Behavior::Merge { "merge into" } else { "replace" }
+            ),
+        ))),
+        ([one], _) => {
+            let field = generated.field.clone();
+            combine(&mut resources[*one], generated).map_err(|p| located(p.under(&field)))
+        }
+        (_, _) => Err(located(Problem::field(
+            generated.field.clone(),
+            format!("{} objects answer to {kind} `{name}` in namespace `{namespace}`; rename one", matches.len()),
+        ))),
+    }
+}
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+const NAMESPACES: [Option<&str>; 4] = [None, Some(""), Some("default"), Some("team")];
+
+/// An object of the build: a ConfigMap or Secret (or, to be skipped, a ConfigMap of another
+/// apiVersion), maybe renamed from an earlier name and namespace.
+fn build_object() -> impl Strategy<Value = Resource> {
+    (0..3usize, 0..3usize, 0..4usize, proptest::option::of((0..3usize, 0..4usize))).prop_map(
+        |(kind, name, namespace, earlier)| {
+            let (api_version, kind) = [("v1", "ConfigMap"), ("v1", "Secret"), ("example.com/v1", "ConfigMap")][kind];
+            let mut object = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": NAMES[name]}});
+            if let Some(namespace) = NAMESPACES[namespace] {
+                object["metadata"]["namespace"] = json!(namespace);
+            }
+            let mut resource = existing(object);
+            if let Some((name, namespace)) = earlier {
+                resource
+                    .previous
+                    .push(PreviousId { name: NAMES[name].into(), namespace: NAMESPACES[namespace].map(str::to_owned) });
+            }
+            resource
+        },
+    )
+}
+
+/// A generator's object of either kind, name and namespace, with any behavior.
+fn generator_object() -> impl Strategy<Value = Generated> {
+    (any::<bool>(), 0..3usize, 0..4usize, 0..3usize).prop_map(|(secret, name, namespace, behavior)| {
+        let kind = if secret { "Secret" } else { "ConfigMap" };
+        let mut object =
+            json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": NAMES[name]}, "data": {"k": "v"}});
+        if let Some(namespace) = NAMESPACES[namespace] {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        let behavior = [Behavior::Create, Behavior::Merge, Behavior::Replace][behavior];
+        generated(object, behavior, true)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn absorbing_through_the_index_gives_what_the_scan_gave(
+        resources in proptest::collection::vec(build_object(), 0..6),
+        generated in proptest::collection::vec(generator_object(), 0..6),
+    ) {
+        let mut indexed = resources.clone();
+        let absorbed = absorb_all(&mut indexed, generated.clone(), "k.yaml");
+        let mut before = resources;
+        let scanned = generated.into_iter().try_for_each(|made| absorb_before(&mut before, made, "k.yaml"));
+        prop_assert_eq!(absorbed, scanned);
+        prop_assert_eq!(indexed, before);
+    }
+}
+
+#[test]
+fn attacker_five_thousand_merges_into_five_thousand_objects_take_linear_work() {
+    let count = 5_000;
+    let cm = |name: String, key: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {key: "v"}});
+    let mut resources: Vec<Resource> = (0..count).map(|i| existing(cm(format!("cm-{i}"), "old"))).collect();
+    let merges: Vec<Generated> =
+        (0..count).map(|i| generated(cm(format!("cm-{i}"), "new"), Behavior::Merge, true)).collect();
+    let creates: Vec<Generated> =
+        (0..count).map(|i| generated(cm(format!("new-{i}"), "new"), Behavior::Create, true)).collect();
+    let all = merges.into_iter().chain(creates).collect();
+    let (absorbed, work) = counted(|| absorb_all(&mut resources, all, "k.yaml"));
+    absorbed.expect("absorbed");
+    assert_eq!(resources.len(), 2 * count);
+    assert_eq!(resources[count - 1].object["data"], json!({"old": "v", "new": "v"}));
+    // A hash or two per object and per entry; the scan compared every entry with every object.
+    assert!(work <= 3 * (count + 2 * count), "{work} comparisons for {} entries", 2 * count);
 }

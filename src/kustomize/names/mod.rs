@@ -10,10 +10,12 @@
 pub mod references;
 pub mod scope;
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+use super::comparisons::{self, Counted};
 use super::generator;
 use super::resource::Resource;
 use crate::problem::{Problem, join_path};
@@ -218,11 +220,25 @@ impl Candidate {
     }
 }
 
+/// A kind and a name an object had before a rename, with a namespace: the key of the indexes.
+type Key = Counted<(String, String, Option<String>)>;
+
+fn key(kind: &str, name: &str, namespace: Option<&str>) -> Key {
+    Counted((kind.to_owned(), name.to_owned(), namespace.map(str::to_owned)))
+}
+
 /// The candidates, indexed by kind and every earlier name (kustomize only considers objects
-/// that were renamed, by a name they had before).
+/// that were renamed, by a name they had before), and by namespace under those, so that
+/// resolving a reference looks at the objects it may mean, not every object once so called.
+/// Every list of positions is ascending (the order of the build).
 struct Index {
     candidates: Vec<Candidate>,
-    by_earlier_name: HashMap<(String, String), Vec<usize>>,
+    /// Kind and earlier name (no namespace) to the objects once so called.
+    by_earlier_name: HashMap<Key, Vec<usize>>,
+    /// Kind, earlier name and effective namespace now (`None`: cluster-scoped).
+    by_namespace: HashMap<Key, Vec<usize>>,
+    /// Kind, earlier name and original effective namespace.
+    by_original_namespace: HashMap<Key, Vec<usize>>,
     /// Original effective namespace to the namespaces (as written) its objects are in now.
     namespaces_by_original: HashMap<String, HashSet<Option<String>>>,
 }
@@ -230,22 +246,76 @@ struct Index {
 impl Index {
     fn new(resources: &[Resource]) -> Self {
         let candidates: Vec<Candidate> = resources.iter().map(Candidate::of).collect();
-        let mut by_earlier_name: HashMap<(String, String), Vec<usize>> = HashMap::new();
+        let mut by_earlier_name: HashMap<Key, Vec<usize>> = HashMap::new();
+        let mut by_namespace: HashMap<Key, Vec<usize>> = HashMap::new();
+        let mut by_original_namespace: HashMap<Key, Vec<usize>> = HashMap::new();
         let mut namespaces_by_original: HashMap<String, HashSet<Option<String>>> = HashMap::new();
-        for (index, resource) in resources.iter().enumerate() {
-            let candidate = &candidates[index];
+        for (position, resource) in resources.iter().enumerate() {
+            let candidate = &candidates[position];
+            let kind = candidate.kind.as_str();
             let mut names: Vec<&str> = resource.previous.iter().map(|p| p.name.as_str()).collect();
             names.sort_unstable();
             names.dedup();
             for name in names {
-                by_earlier_name.entry((candidate.kind.clone(), name.to_owned())).or_default().push(index);
+                by_earlier_name.entry(key(kind, name, None)).or_default().push(position);
+                let now = key(kind, name, candidate.effective.as_deref());
+                by_namespace.entry(now).or_default().push(position);
+                let original = key(kind, name, candidate.original_effective.as_deref());
+                by_original_namespace.entry(original).or_default().push(position);
             }
             if let Some(original) = &candidate.original_effective {
                 namespaces_by_original.entry(original.clone()).or_default().insert(candidate.namespace.clone());
             }
         }
-        Index { candidates, by_earlier_name, namespaces_by_original }
+        Index { candidates, by_earlier_name, by_namespace, by_original_namespace, namespaces_by_original }
     }
+
+    /// The positions among `named` (the objects of `kind` once called `old`) that may pass
+    /// [`resolve`]'s namespace filters for `referrer`: the buckets of the namespaces those
+    /// filters admit, never a scan of every namespace (but for a cluster-scoped referrer, which
+    /// sees them all).
+    fn reachable<'a>(
+        &'a self,
+        referrer: &Referrer<'_>,
+        kind: &str,
+        old: &str,
+        named: &'a [usize],
+        by_original: Option<(&str, bool)>,
+    ) -> Cow<'a, [usize]> {
+        match by_original {
+            Some((namespace, true)) => {
+                return Cow::Borrowed(bucket(&self.by_original_namespace, kind, old, Some(namespace)));
+            }
+            Some((namespace, false)) => {
+                return Cow::Borrowed(bucket(&self.by_namespace, kind, old, Some(namespace)));
+            }
+            None => {}
+        }
+        let Some(own) = referrer.me.effective.as_deref() else { return Cow::Borrowed(named) };
+        let subjects = &referrer.subject_namespaces;
+        // Only a ServiceAccount is seen across namespaces, from a RoleBinding naming it in a subject.
+        let across = kind == "ServiceAccount" && !subjects.is_empty();
+        // Fewer objects so called than subject namespaces: looking at them is the cheaper way.
+        if across && named.len() <= subjects.len() {
+            return Cow::Borrowed(named);
+        }
+        let mut positions: Vec<usize> = bucket(&self.by_namespace, kind, old, None).to_vec();
+        positions.extend_from_slice(bucket(&self.by_namespace, kind, old, Some(own)));
+        if across {
+            for namespace in subjects.iter().filter(|n| n.as_str() != own) {
+                positions.extend_from_slice(bucket(&self.by_namespace, kind, old, Some(namespace)));
+            }
+        }
+        positions.sort_unstable();
+        positions.dedup();
+        Cow::Owned(positions)
+    }
+}
+
+/// The objects of `kind` once called `name` whose namespace (now, or originally, as `by` is
+/// keyed) is `namespace`.
+fn bucket<'a>(by: &'a HashMap<Key, Vec<usize>>, kind: &str, name: &str, namespace: Option<&str>) -> &'a [usize] {
+    by.get(&key(kind, name, namespace)).map_or(&[], Vec::as_slice)
 }
 
 /// The referring object, as resolution sees it.
@@ -274,6 +344,18 @@ type Applicable<'a> = (Gvk, &'a references::Referrer);
 /// The name (and namespace, as written) a reference resolves to.
 type Referral = (String, Option<String>);
 
+/// All a reference from a cluster-scoped object resolves by: the kind referred to, `roleRef`'s
+/// group and kind (for `roleRef.name`), the name, the shape (`None` for a bare name, else the
+/// map's namespace) and the referrer's prefixes and suffixes.
+type ClusterKey = Counted<(
+    (&'static str, &'static str, &'static str),
+    Option<Option<(String, String)>>,
+    String,
+    Option<Option<String>>,
+    Vec<String>,
+    Vec<String>,
+)>;
+
 /// Resolves a name found at a field (`old`, its shape, the field's path).
 type Lookup<'a> = dyn FnMut(&str, &Shape, &str) -> Result<Option<Referral>, Problem> + 'a;
 
@@ -293,14 +375,18 @@ enum Shape {
 /// namespace (ServiceAccounts and cluster-scoped objects anywhere); if still several, those whose
 /// prefixes and suffixes end like the referrer's (an empty list matching any), then exactly. One
 /// left: the field takes its name (and, in a map, its namespace); none: unchanged; several with
-/// the same name: that name; several names: a problem naming them all. Linear in the number of
-/// objects: candidates are found through an index by kind and earlier name.
+/// the same name: that name; several names: a problem naming them (the first few). Linear in
+/// the number of objects: a reference looks up the objects of its kind once called so in the
+/// namespaces the referrer may see (an index by kind, earlier name and namespace), never every
+/// namespace's; a cluster-scoped referrer sees them all, and what its references resolve to is
+/// kept for the next with the same name, shape and prefixes and suffixes.
 pub fn fix_references(resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
     let index = Index::new(resources);
     let table = default_name_references();
     let mut problems = Vec::new();
     // The table's fields that apply to each group, version and kind, worked out once per type.
     let mut by_type: HashMap<(&str, &str, &str), Vec<Applicable<'_>>> = HashMap::new();
+    let mut from_cluster = FromCluster::default();
     for (at, resource) in resources.iter_mut().enumerate() {
         let me = &index.candidates[at];
         let applicable = by_type.entry((&me.group, &me.version, &me.kind)).or_insert_with(|| {
@@ -323,7 +409,8 @@ pub fn fix_references(resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
         for &(target, spec) in applicable.iter() {
             let role_ref = spec.path.ends_with(&["roleRef", "name"]);
             let mut lookup = |old: &str, shape: &Shape, field: &str| {
-                resolve(&index, &referrer, target, role_ref, old, shape)
+                from_cluster
+                    .resolve(&index, &referrer, target, role_ref, old, shape)
                     .map_err(|message| Problem::field(field, message))
             };
             let mut found = Vec::new();
@@ -423,6 +510,45 @@ fn scalar_text(value: &Value) -> Option<String> {
     }
 }
 
+/// What the references of cluster-scoped objects resolved to. Such a referrer sees every
+/// namespace, so each of its references may have many candidates: the result is kept for the
+/// next reference that resolves alike, and many references to objects spread over many
+/// namespaces cost those objects once.
+#[derive(Default)]
+struct FromCluster(HashMap<ClusterKey, Result<Option<Referral>, String>>);
+
+impl FromCluster {
+    /// [`resolve`], through what was kept when the referrer is cluster-scoped.
+    fn resolve(
+        &mut self,
+        index: &Index,
+        referrer: &Referrer<'_>,
+        target: Gvk,
+        role_ref: bool,
+        old: &str,
+        shape: &Shape,
+    ) -> Result<Option<Referral>, String> {
+        if !referrer.me.cluster_scoped() {
+            return resolve(index, referrer, target, role_ref, old, shape);
+        }
+        let key = Counted((
+            (target.group, target.version, target.kind),
+            role_ref.then(|| referrer.role_ref.clone()),
+            old.to_owned(),
+            match shape {
+                Shape::Scalar => None,
+                Shape::Map { namespace } => Some(namespace.clone()),
+            },
+            referrer.me.prefixes.clone(),
+            referrer.me.suffixes.clone(),
+        ));
+        self.0.entry(key).or_insert_with(|| resolve(index, referrer, target, role_ref, old, shape)).clone()
+    }
+}
+
+/// The most objects a problem about an ambiguous reference names (it counts the others).
+const MAX_NAMED: usize = 8;
+
 /// kustomize's `selectReferral`: the object `old` means, with its name and namespace as written.
 fn resolve(
     index: &Index,
@@ -432,7 +558,7 @@ fn resolve(
     old: &str,
     shape: &Shape,
 ) -> Result<Option<Referral>, String> {
-    let Some(named) = index.by_earlier_name.get(&(target.kind.to_owned(), old.to_owned())) else {
+    let Some(named) = index.by_earlier_name.get(&key(target.kind, old, None)) else {
         return Ok(None);
     };
     let by_original = match shape {
@@ -441,10 +567,14 @@ fn resolve(
         }
         _ => None,
     };
-    let mut candidates: Vec<&Candidate> = named
+    let reachable = index.reachable(referrer, target.kind, old, named, by_original);
+    let mut candidates: Vec<&Candidate> = reachable
         .iter()
         .map(|&i| &index.candidates[i])
-        .filter(|c| referrer.may_refer_to(c))
+        .filter(|c| {
+            comparisons::note(1);
+            referrer.may_refer_to(c)
+        })
         .filter(|c| match by_original {
             None => true,
             Some((namespace, true)) => c.original_effective.as_deref() == Some(namespace),
@@ -478,8 +608,13 @@ fn resolve(
     if identical {
         return Ok(Some((first.name.clone(), first.namespace.clone())));
     }
-    let named: Vec<&str> = candidates.iter().map(|c| c.described.as_str()).collect();
-    let (last, others) = named.split_last().unwrap_or((&"", &[]));
+    // A message names a few of them: thousands of candidates would make every such reference's
+    // problem as long as the build.
+    let mut named: Vec<String> = candidates.iter().take(MAX_NAMED).map(|c| c.described.clone()).collect();
+    if candidates.len() > MAX_NAMED {
+        named.push(format!("{} others", candidates.len() - MAX_NAMED));
+    }
+    let (last, others) = named.split_last().expect("at least two candidates");
     Err(format!(
         "`{old}` could mean {} or {last}; kustomize refuses this too: give them different names, or write \
          the reference where the object it means is (under the same namePrefix and nameSuffix)",
@@ -490,13 +625,19 @@ fn resolve(
 /// Whether some object the referrer may see has `namespace` as its original effective namespace
 /// (then a map reference's `namespace` is matched against original namespaces, else current ones).
 fn seen_in_original_namespace(index: &Index, referrer: &Referrer<'_>, namespace: &str) -> bool {
-    index.namespaces_by_original.get(namespace).is_some_and(|now| {
-        now.iter().any(|written| {
-            referrer.me.cluster_scoped()
-                || written.as_deref().unwrap_or("default") == referrer.me.effective.as_deref().unwrap_or_default()
-                || written.as_ref().is_some_and(|n| referrer.subject_namespaces.contains(n))
-        })
-    })
+    let Some(now) = index.namespaces_by_original.get(namespace) else { return false };
+    let Some(own) = referrer.me.effective.as_deref() else { return !now.is_empty() };
+    // An object written without a namespace is in `default`.
+    if now.contains(&Some(own.to_owned())) || (own == "default" && now.contains(&None)) {
+        return true;
+    }
+    let subjects = &referrer.subject_namespaces;
+    comparisons::note(now.len().min(subjects.len()));
+    if now.len() <= subjects.len() {
+        now.iter().flatten().any(|written| subjects.contains(written))
+    } else {
+        subjects.iter().any(|subject| now.contains(&Some(subject.clone())))
+    }
 }
 
 /// kustomize's `PrefixesSuffixesEquals`: the shorter list of prefixes (and of suffixes) is the end

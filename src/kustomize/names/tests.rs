@@ -1,8 +1,10 @@
 //! The names transformers and the name-reference resolution on literal objects.
 
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::kustomize::comparisons::counted;
 use crate::kustomize::resource::{Origin, PreviousId};
 
 fn resource(file: &str, object: Value) -> Resource {
@@ -555,4 +557,284 @@ fn ten_times_more(count: usize) {
             &json!(format!("p-settings-{i}"))
         );
     }
+}
+
+// === the indexed resolution against the scan it replaced ===
+
+/// `resolve` as it was before the namespace index (with today's message): every object of the
+/// kind once so called, filtered one by one.
+fn resolve_before(
+    index: &Index,
+    referrer: &Referrer<'_>,
+    target: Gvk,
+    role_ref: bool,
+    old: &str,
+    shape: &Shape,
+) -> Result<Option<Referral>, String> {
+    let Some(named) = index.by_earlier_name.get(&key(target.kind, old, None)) else {
+        return Ok(None);
+    };
+    let by_original = match shape {
+        Shape::Map { namespace: Some(namespace) } => {
+            Some((namespace.as_str(), seen_in_original_namespace_before(index, referrer, namespace)))
+        }
+        _ => None,
+    };
+    let mut candidates: Vec<&Candidate> = named
+        .iter()
+        .map(|&i| &index.candidates[i])
+        .filter(|c| referrer.may_refer_to(c))
+        .filter(|c| match by_original {
+            None => true,
+            Some((namespace, true)) => c.original_effective.as_deref() == Some(namespace),
+            Some((namespace, false)) => c.effective.as_deref() == Some(namespace),
+        })
+        .filter(|c| target.selects(&c.group, &c.version, &c.kind))
+        .filter(|c| {
+            let of_role_ref = |(group, kind): &(String, String)| {
+                (group.is_empty() || *group == c.group) && (kind.is_empty() || *kind == c.kind)
+            };
+            !role_ref || referrer.role_ref.as_ref().is_none_or(of_role_ref)
+        })
+        .filter(|c| {
+            referrer.me.cluster_scoped()
+                || c.cluster_scoped()
+                || c.kind == "ServiceAccount"
+                || c.effective == referrer.me.effective
+        })
+        .collect();
+    if candidates.len() > 1 {
+        candidates.retain(|c| affixes_match(referrer.me, c, true));
+        if candidates.len() > 1 {
+            candidates.retain(|c| affixes_match(referrer.me, c, false));
+        }
+    }
+    let Some(first) = candidates.first() else { return Ok(None) };
+    let identical = candidates
+        .iter()
+        .all(|c| c.name == first.name && (matches!(shape, Shape::Scalar) || c.namespace == first.namespace));
+    if identical {
+        return Ok(Some((first.name.clone(), first.namespace.clone())));
+    }
+    let mut named: Vec<String> = candidates.iter().take(MAX_NAMED).map(|c| c.described.clone()).collect();
+    if candidates.len() > MAX_NAMED {
+        named.push(format!("{} others", candidates.len() - MAX_NAMED));
+    }
+    let (last, others) = named.split_last().expect("two candidates");
+    Err(format!(
+        "`{old}` could mean {} or {last}; kustomize refuses this too: give them different names, or write \
+         the reference where the object it means is (under the same namePrefix and nameSuffix)",
+        others.join(", ")
+    ))
+}
+
+/// `seen_in_original_namespace` as it was: a scan of the namespaces the objects are in now.
+fn seen_in_original_namespace_before(index: &Index, referrer: &Referrer<'_>, namespace: &str) -> bool {
+    index.namespaces_by_original.get(namespace).is_some_and(|now| {
+        now.iter().any(|written| {
+            referrer.me.cluster_scoped()
+                || written.as_deref().unwrap_or("default") == referrer.me.effective.as_deref().unwrap_or_default()
+                || written.as_ref().is_some_and(|n| referrer.subject_namespaces.contains(n))
+        })
+    })
+}
+
+const NAMES: [&str; 2] = ["a", "b"];
+const NAMESPACES: [Option<&str>; 4] = [None, Some("x"), Some("y"), Some("default")];
+
+/// One object of a generated build: its kind, name and namespace, and (for the kinds that refer)
+/// what it names.
+fn object(kind: u8, name: usize, namespace: usize, refers: Vec<(usize, usize)>) -> Resource {
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let (api_version, kind) = match kind % 7 {
+        0 => ("v1", "ConfigMap"),
+        1 => ("v1", "ServiceAccount"),
+        2 => (rbac, "Role"),
+        3 => (rbac, "ClusterRole"),
+        4 => (rbac, "RoleBinding"),
+        5 => (rbac, "ClusterRoleBinding"),
+        _ => ("apps/v1", "Deployment"),
+    };
+    let mut object = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": NAMES[name % 2]}});
+    if let Some(namespace) = NAMESPACES[namespace % 4] {
+        object["metadata"]["namespace"] = json!(namespace);
+    }
+    let subjects: Vec<Value> = refers
+        .iter()
+        .map(|&(name, namespace)| {
+            let mut subject = json!({"kind": "ServiceAccount", "name": NAMES[name % 2]});
+            if let Some(namespace) = NAMESPACES[namespace % 4] {
+                subject["namespace"] = json!(namespace);
+            }
+            subject
+        })
+        .collect();
+    let role = if refers.len().is_multiple_of(2) { "Role" } else { "ClusterRole" };
+    match kind {
+        "RoleBinding" | "ClusterRoleBinding" => {
+            object["subjects"] = Value::Array(subjects);
+            object["roleRef"] = json!({"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": "a"});
+        }
+        "Deployment" => {
+            let volumes: Vec<Value> =
+                refers.iter().map(|&(name, _)| json!({"name": "v", "configMap": {"name": NAMES[name % 2]}})).collect();
+            object["spec"] = json!({"template": {"spec": {"serviceAccountName": "a", "volumes": volumes}}});
+        }
+        "ClusterRole" | "Role" => {
+            let names: Vec<&str> = refers.iter().map(|&(name, _)| NAMES[name % 2]).collect();
+            object["rules"] = json!([{"resourceNames": names}]);
+        }
+        _ => {}
+    }
+    resource("gen.yaml", object)
+}
+
+/// Bases of a few objects, each maybe moved into a namespace and prefixed or suffixed, then put
+/// together, maybe under a top prefix: objects once called alike, across namespaces.
+fn build() -> impl Strategy<Value = Vec<Resource>> {
+    let object = (0..7u8, 0..2usize, 0..4usize, prop::collection::vec((0..2usize, 0..4usize), 0..3))
+        .prop_map(|(kind, name, namespace, refers)| object(kind, name, namespace, refers));
+    let base = (prop::collection::vec(object, 1..5), 0..4usize, 0..3usize, any::<bool>());
+    (prop::collection::vec(base, 1..4), any::<bool>()).prop_map(|(bases, top)| {
+        let mut all = Vec::new();
+        for (i, (mut objects, namespace, affix, suffix)) in bases.into_iter().enumerate() {
+            if let Some(namespace) = NAMESPACES[namespace] {
+                // Objects that collide are refused by the build; the index does not care.
+                let _ = set_namespace(&mut objects, namespace);
+            }
+            let affix = ["", "p-", &format!("b{i}-")][affix].to_owned();
+            let (prefix, suffix) = if suffix { ("", affix.as_str()) } else { (affix.as_str(), "") };
+            add_prefix_suffix(&mut objects, prefix, suffix).expect("prefix");
+            all.extend(objects);
+        }
+        if top {
+            add_prefix_suffix(&mut all, "top-", "").expect("prefix");
+        }
+        all
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_indexed_resolution_gives_what_the_scan_gave(resources in build()) {
+        let index = Index::new(&resources);
+        let mut from_cluster = FromCluster::default();
+        let shapes = || {
+            let maps = NAMESPACES.iter().map(|n| Shape::Map { namespace: n.map(str::to_owned) });
+            std::iter::once(Shape::Scalar).chain(maps).chain([Shape::Map { namespace: Some("z".into()) }])
+        };
+        for (at, resource) in resources.iter().enumerate() {
+            let Ok(referrer) = referrer(resource, &index.candidates[at]) else { continue };
+            for reference in default_name_references() {
+                for role_ref in [false, true] {
+                    for old in NAMES {
+                        for shape in shapes() {
+                            let indexed = from_cluster.resolve(&index, &referrer, reference.target, role_ref, old, &shape);
+                            let before = resolve_before(&index, &referrer, reference.target, role_ref, old, &shape);
+                            prop_assert_eq!(indexed, before);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_reference_meaning_many_objects_names_a_few_and_counts_the_others() {
+    let mut resources = Vec::new();
+    for i in 0..20 {
+        resources.extend(prefixed(vec![config_map("settings")], &format!("b{i}-")));
+    }
+    resources.push(deployment("web", json!({"volumes": [{"name": "v", "configMap": {"name": "settings"}}]})));
+    let mut resources = prefixed(resources, "top-");
+    let problems = fix_references(&mut resources).expect_err("ambiguous");
+    let text = problems[0].to_string();
+    assert!(text.contains("ConfigMap top-b0-settings (cm.yaml, document 1), "), "{text}");
+    assert!(text.contains("ConfigMap top-b7-settings (cm.yaml, document 1) or 12 others;"), "{text}");
+    assert!(!text.contains("top-b8-settings"), "{text}");
+}
+
+// === the attacker: one name in thousands of namespaces ===
+
+/// `count` namespaces, each with a ConfigMap `settings` and a Deployment naming it, all prefixed
+/// `p-`: every reference has `count` objects once called so, one in its namespace.
+fn settings_in_every_namespace(count: usize) -> Vec<Resource> {
+    let mut resources = Vec::with_capacity(2 * count);
+    for i in 0..count {
+        let namespace = json!(format!("ns-{i}"));
+        let mut cm = config_map("settings");
+        cm.object["metadata"]["namespace"] = namespace.clone();
+        let mut web = deployment("web", json!({"volumes": [{"name": "v", "configMap": {"name": "settings"}}]}));
+        web.object["metadata"]["namespace"] = namespace;
+        resources.extend([cm, web]);
+    }
+    prefixed(resources, "p-")
+}
+
+#[test]
+fn attacker_one_name_in_five_thousand_namespaces_costs_a_lookup_per_reference() {
+    let count = 5_000;
+    let mut resources = settings_in_every_namespace(count);
+    let (fixed, work) = counted(|| fix_references(&mut resources));
+    fixed.expect("references");
+    for i in [0, count / 2, count - 1] {
+        assert_eq!(at(&resources[2 * i + 1], "/spec/template/spec/volumes/0/configMap/name"), "p-settings");
+    }
+    // A few hashes per object and per reference; the scan looked at all 5,000 for each of them.
+    assert!(work <= 25 * resources.len(), "{work} comparisons for {count} references");
+}
+
+#[test]
+fn attacker_cluster_roles_naming_one_name_of_five_thousand_namespaces_cost_those_objects_once() {
+    let count = 5_000;
+    let mut resources = settings_in_every_namespace(count);
+    for i in 0..count {
+        resources.push(resource(
+            "role.yaml",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": format!("reader-{i}")},
+                   "rules": [{"resourceNames": ["settings", "settings"]}]}),
+        ));
+    }
+    let mut resources = prefixed(resources, "q-");
+    let (fixed, work) = counted(|| fix_references(&mut resources));
+    fixed.expect("references");
+    // Every ClusterRole sees every namespace: all the candidates are `q-p-settings` alike.
+    assert_eq!(at(&resources[3 * count - 1], "/rules/0/resourceNames"), &json!(["q-p-settings", "q-p-settings"]));
+    assert!(work <= 25 * resources.len(), "{work} comparisons for {} references", 2 * count);
+}
+
+#[test]
+fn attacker_a_binding_naming_five_thousand_accounts_across_namespaces_costs_a_lookup_per_subject() {
+    let count = 5_000;
+    let mut resources: Vec<Resource> = (0..count)
+        .map(|i| {
+            resource(
+                "sa.yaml",
+                json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": {"name": "app", "namespace": format!("ns-{i}")}}),
+            )
+        })
+        .collect();
+    let subjects: Vec<Value> =
+        (0..count).map(|i| json!({"kind": "ServiceAccount", "name": "app", "namespace": format!("ns-{i}")})).collect();
+    resources.push(resource(
+        "binding.yaml",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "b", "namespace": "ns-0"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+               "subjects": subjects}),
+    ));
+    let mut resources = prefixed(resources, "p-");
+    let (fixed, work) = counted(|| fix_references(&mut resources));
+    fixed.expect("references");
+    let subjects = at(&resources[count], "/subjects");
+    assert_eq!(
+        subjects[count - 1],
+        json!({"kind": "ServiceAccount", "name": "p-app", "namespace": format!("ns-{}", count - 1)})
+    );
+    assert!(work <= 25 * resources.len(), "{work} comparisons for {count} subjects");
 }

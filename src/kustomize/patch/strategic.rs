@@ -12,9 +12,12 @@
 //! - `$setElementOrder/…`, `$deleteFromPrimitiveList/…` and `$retainKeys` are refused: kustomize
 //!   v5.5 does not apply them but copies them into the object as fields.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Map, Value};
 
 use super::schema::{At, MergeKeys};
+use crate::kustomize::comparisons::Counted;
 use crate::problem::{Problem, join_path};
 
 /// The key of the patch directive.
@@ -365,13 +368,245 @@ impl<'t> Merger<'t> {
     }
 
     /// Merges two lists element by element, matched by `keys`, as kustomize v5.5 does; refuses
-    /// the inputs on which kustomize silently loses part of the patch.
+    /// the inputs on which kustomize silently loses part of the patch. Elements are found by a
+    /// hash of their key values, so the work is linear in the two lists.
     fn merge_by_keys(
         &self,
         dest: &[Value],
         patch: &[Value],
         keys: &[String],
         elements: Option<At<'t>>,
+        alone: bool,
+        path: &str,
+    ) -> Result<Vec<Value>, Problem> {
+        let (dest, patch) = (live(dest), live(patch));
+        for (side, items) in [("patch", &patch), ("target", &dest)] {
+            if let Some((i, _)) = items.iter().find(|(_, item)| !item.is_object()) {
+                return Err(Problem::field(
+                    format!("{path}[{i}]"),
+                    format!(
+                        "the {side}'s element is not a map; elements of this list are matched by `{}`",
+                        keys.join("`, `")
+                    ),
+                ));
+            }
+        }
+        // Only the keys some element has take part (kyaml's validateKeys).
+        let valid: Vec<&String> = keys
+            .iter()
+            .filter(|k| patch.iter().chain(&dest).any(|(_, e)| !key_text(e.get(k.as_str())).is_empty()))
+            .collect();
+        let tuple = |item: &Value| -> Vec<String> { valid.iter().map(|k| key_text(item.get(k.as_str()))).collect() };
+        let tuples = |side: &str, items: &[(usize, &Value)]| -> Result<Vec<Counted<Vec<String>>>, Problem> {
+            let mut tuples = Vec::with_capacity(items.len());
+            for (i, item) in items {
+                let values = tuple(item);
+                if values.is_empty() || values.iter().any(String::is_empty) {
+                    let names = if valid.is_empty() { keys.iter().collect() } else { valid.clone() };
+                    let names: Vec<&str> = names.iter().map(|k| k.as_str()).collect();
+                    return Err(Problem::field(
+                        format!("{path}[{i}]"),
+                        format!(
+                            "the {side}'s element lacks `{}`: elements of this list are matched by `{}` and kustomize v5.5 \
+                             drops or misplaces an element that lacks one; give every element all of them",
+                            names
+                                .iter()
+                                .filter(|k| key_text(item.get(**k)).is_empty())
+                                .copied()
+                                .collect::<Vec<_>>()
+                                .join("`, `"),
+                            names.join("`, `")
+                        ),
+                    ));
+                }
+                tuples.push(Counted(values));
+            }
+            Ok(tuples)
+        };
+        let (patch_tuples, dest_tuples) = (tuples("patch", &patch)?, tuples("target", &dest)?);
+        let label = |values: &[String]| -> String {
+            let pairs: Vec<String> = valid.iter().zip(values).map(|(k, v)| format!("{k}={v}")).collect();
+            format!("{path}[{}]", pairs.join(","))
+        };
+        // Every distinct key tuple, in the order it first appears in the patch then the target.
+        let mut ids: HashMap<&Counted<Vec<String>>, usize> = HashMap::with_capacity(patch.len() + dest.len());
+        let mut found: Vec<Found<'_>> = Vec::new();
+        let sides = [(false, &patch_tuples), (true, &dest_tuples)];
+        for (in_dest, side) in sides {
+            for (position, values) in side.iter().enumerate() {
+                let id = *ids.entry(values).or_insert_with(|| {
+                    found.push(Found { values: &values.0, ..Found::default() });
+                    found.len() - 1
+                });
+                let slot = &mut found[id];
+                if in_dest {
+                    slot.dest_count += 1;
+                    slot.first_dest.get_or_insert(position);
+                    slot.last_dest = position;
+                } else {
+                    slot.patch_count += 1;
+                    slot.first_patch.get_or_insert(position);
+                }
+            }
+        }
+        // The merge of each tuple, in that order; `None` when it is deleted.
+        let mut merged: Vec<Option<Value>> = Vec::with_capacity(found.len());
+        for f in &found {
+            let values = f.values;
+            let p = f.first_patch.map(|k| patch[k].1.clone());
+            let d = if alone { None } else { f.first_dest.map(|k| dest[k].1.clone()) };
+            if p.is_some() {
+                if f.patch_count > 1 {
+                    return Err(Problem::field(label(values), "the patch has more than one element with these keys"));
+                }
+                if f.dest_count > 1 {
+                    return Err(Problem::field(
+                        label(values),
+                        "the target has more than one element with these keys; kustomize v5.5 keeps only the last, unpatched",
+                    ));
+                }
+                if d.is_some() && p.as_ref().and_then(|p| p.get(DIRECTIVE)).and_then(Value::as_str) == Some("replace") {
+                    return Err(Problem::field(
+                        join_path(&label(values), DIRECTIVE),
+                        "kustomize v5.5 ignores `$patch: replace` on an element the target has (it keeps the target's); \
+                         set each field, null the ones to drop, or replace the element with a JSON patch",
+                    ));
+                }
+            }
+            merged.push(match self.walk(d, p, elements, &label(values))? {
+                Some(value) if !value.is_null() && !value.as_object().is_some_and(Map::is_empty) => Some(value),
+                _ => None,
+            });
+        }
+        // kyaml then sets the target's elements back in: in place for one key, moved to the end
+        // for several (so they end in the order of their last copy in the target); a duplicate in
+        // the target ends as its last copy, unpatched.
+        let mut order: Vec<usize> = (0..found.len()).filter(|&id| merged[id].is_some()).collect();
+        if valid.len() > 1 {
+            order.sort_by_key(|&id| match found[id].dest_count {
+                0 => (false, id),
+                _ => (true, found[id].last_dest),
+            });
+        }
+        Ok(order
+            .into_iter()
+            .map(|id| {
+                let f = &found[id];
+                match f.dest_count {
+                    0 | 1 => merged[id].take().expect("kept above"),
+                    _ => dest[f.last_dest].1.clone(),
+                }
+            })
+            .collect())
+    }
+
+    /// A list of scalars merged as a set: the patch's values first, then the target's others.
+    fn merge_scalars(&self, dest: &[Value], patch: &[Value], path: &str) -> Result<Value, Problem> {
+        let mut seen: HashSet<Counted<String>> = HashSet::with_capacity(dest.len() + patch.len());
+        let mut merged = Vec::new();
+        for (i, item) in patch.iter().chain(dest).enumerate() {
+            if item.is_object() || item.is_array() {
+                return Err(Problem::field(
+                    format!("{path}[{i}]"),
+                    "this list holds scalars; a map or list cannot be merged into it",
+                ));
+            }
+            if item.is_null() {
+                continue;
+            }
+            if seen.insert(Counted(key_text(Some(item)))) {
+                merged.push(item.clone());
+            }
+        }
+        Ok(Value::Array(merged))
+    }
+}
+
+/// The elements of a list that take part in a keyed merge (kyaml skips nulls and empty maps),
+/// with their positions.
+fn live(items: &[Value]) -> Vec<(usize, &Value)> {
+    items
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| !item.is_null() && !item.as_object().is_some_and(Map::is_empty))
+        .collect()
+}
+
+/// What a keyed merge knows of one distinct key tuple: how often and where (among the live
+/// elements) the patch and the target have it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Found<'a> {
+    values: &'a [String],
+    patch_count: usize,
+    first_patch: Option<usize>,
+    dest_count: usize,
+    first_dest: Option<usize>,
+    last_dest: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::{Just, Strategy, prop_oneof};
+    use serde_json::json;
+
+    use super::*;
+    use crate::kustomize::comparisons::counted;
+
+    fn deployment() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+               "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "a:1"}]}}}})
+    }
+
+    fn merge(patch: Value) -> Result<Option<Value>, Problem> {
+        apply(&deployment(), &patch, Allow::default(), MergeKeys::builtin())
+    }
+
+    #[test]
+    fn a_patch_cannot_rename_move_or_rekind_its_target() {
+        let merged = merge(json!({"kind": "DaemonSet", "metadata": {"name": "other", "namespace": "kube-system"}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(merged["kind"], "Deployment");
+        assert_eq!(merged["metadata"]["name"], "web");
+        assert!(merged["metadata"].get("namespace").is_none(), "a patch gives its target no namespace: {merged}");
+    }
+
+    #[test]
+    fn an_unknown_directive_is_located() {
+        let problem = merge(json!({"spec": {"template": {"$patch": "explode"}}})).unwrap_err();
+        assert_eq!(problem.field, "spec.template.$patch");
+        assert!(problem.message.contains("expected `merge`, `replace` or `delete`"), "{problem}");
+        let problem = merge(json!({"spec": {"template": {"$patch": 1}}})).unwrap_err();
+        assert_eq!(problem.field, "spec.template.$patch");
+    }
+
+    #[test]
+    fn unapplied_directives_are_refused_wherever_they_hide() {
+        let problem =
+            merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "$retainKeys": ["image"]}]}}}}))
+                .unwrap_err();
+        assert_eq!(problem.field, "spec.template.spec.containers[0].$retainKeys");
+    }
+
+    #[test]
+    fn a_merge_key_that_is_a_map_is_refused_not_matched() {
+        // kyaml compares keys as scalar text: a map would match every other map.
+        let problem =
+            merge(json!({"spec": {"template": {"spec": {"containers": [{"name": {"x": 1}, "image": "b"}]}}}}))
+                .unwrap_err();
+        assert!(problem.message.contains("lacks `name`"), "{problem}");
+    }
+
+    // === keyed lists: the indexed merge against the nested loops it replaced ===
+
+    /// The list merge as it was before it was indexed (quadratic), kept as the reference the
+    /// indexed one must agree with.
+    fn merge_by_keys_before(
+        merger: &Merger<'_>,
+        dest: &[Value],
+        patch: &[Value],
+        keys: &[String],
+        elements: Option<At<'_>>,
         alone: bool,
         path: &str,
     ) -> Result<Vec<Value>, Problem> {
@@ -395,7 +630,6 @@ impl<'t> Merger<'t> {
                 ));
             }
         }
-        // Only the keys some element has take part (kyaml's validateKeys).
         let valid: Vec<&String> = keys
             .iter()
             .filter(|k| patch.iter().chain(&dest).any(|(_, e)| !key_text(e.get(k.as_str())).is_empty()))
@@ -460,15 +694,13 @@ impl<'t> Merger<'t> {
                     ));
                 }
             }
-            match self.walk(d, p, elements, &label(values))? {
+            match merger.walk(d, p, elements, &label(values))? {
                 Some(value) if !value.is_null() && !value.as_object().is_some_and(Map::is_empty) => {
                     merged.push((values.clone(), value));
                 }
                 _ => deleted.push(values.clone()),
             }
         }
-        // kyaml then sets the target's elements back in: in place for one key, moved to the end
-        // for several; a duplicate in the target ends as its last copy, unpatched.
         let mut seen: Vec<Vec<String>> = Vec::new();
         for (_, item) in &dest {
             let values = tuple(item);
@@ -497,8 +729,8 @@ impl<'t> Merger<'t> {
         Ok(merged.into_iter().map(|(_, value)| value).collect())
     }
 
-    /// A list of scalars merged as a set: the patch's values first, then the target's others.
-    fn merge_scalars(&self, dest: &[Value], patch: &[Value], path: &str) -> Result<Value, Problem> {
+    /// The scalar set merge as it was before it was indexed.
+    fn merge_scalars_before(dest: &[Value], patch: &[Value], path: &str) -> Result<Value, Problem> {
         let mut seen: Vec<String> = Vec::new();
         let mut merged = Vec::new();
         for (i, item) in patch.iter().chain(dest).enumerate() {
@@ -519,56 +751,166 @@ impl<'t> Merger<'t> {
         }
         Ok(Value::Array(merged))
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn deployment() -> Value {
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-               "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "a:1"}]}}}})
+    /// The schema of a container's `env` (merged by `name`) or `ports` (by `containerPort` and
+    /// `protocol`), as the table has it.
+    fn container_list(field: &str) -> At<'static> {
+        let table = MergeKeys::builtin();
+        let pod = table.root("v1", "Pod").expect("a known kind");
+        pod.field(table, "spec").field(table, "containers").elements().field(table, field)
     }
 
-    fn merge(patch: Value) -> Result<Option<Value>, Problem> {
-        apply(&deployment(), &patch, Allow::default(), MergeKeys::builtin())
+    /// Merges with both implementations and says what each gave.
+    fn both(field: &str, dest: &[Value], patch: &[Value], alone: bool) -> [Result<Vec<Value>, Problem>; 2] {
+        let at = container_list(field);
+        let keys = at.merge_keys().expect("a keyed list");
+        let merger = Merger { table: MergeKeys::builtin() };
+        [
+            merger.merge_by_keys(dest, patch, keys, Some(at.elements()), alone, field),
+            merge_by_keys_before(&merger, dest, patch, keys, Some(at.elements()), alone, field),
+        ]
     }
 
-    #[test]
-    fn a_patch_cannot_rename_move_or_rekind_its_target() {
-        let merged = merge(json!({"kind": "DaemonSet", "metadata": {"name": "other", "namespace": "kube-system"}}))
-            .unwrap()
-            .unwrap();
-        assert_eq!(merged["kind"], "Deployment");
-        assert_eq!(merged["metadata"]["name"], "web");
-        assert!(merged["metadata"].get("namespace").is_none(), "a patch gives its target no namespace: {merged}");
-    }
-
-    #[test]
-    fn an_unknown_directive_is_located() {
-        let problem = merge(json!({"spec": {"template": {"$patch": "explode"}}})).unwrap_err();
-        assert_eq!(problem.field, "spec.template.$patch");
-        assert!(problem.message.contains("expected `merge`, `replace` or `delete`"), "{problem}");
-        let problem = merge(json!({"spec": {"template": {"$patch": 1}}})).unwrap_err();
-        assert_eq!(problem.field, "spec.template.$patch");
+    fn env(name: &str, value: &str) -> Value {
+        json!({"name": name, "value": value})
     }
 
     #[test]
-    fn unapplied_directives_are_refused_wherever_they_hide() {
-        let problem =
-            merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "$retainKeys": ["image"]}]}}}}))
-                .unwrap_err();
-        assert_eq!(problem.field, "spec.template.spec.containers[0].$retainKeys");
+    fn a_duplicate_in_the_target_ends_as_its_last_copy_in_place_for_one_key() {
+        let dest = [env("a", "1"), env("b", "1"), env("a", "2"), env("c", "1")];
+        let patch = [env("c", "patched"), env("d", "new")];
+        let [indexed, before] = both("env", &dest, &patch, false);
+        assert_eq!(indexed, before);
+        assert_eq!(
+            indexed.unwrap(),
+            [env("c", "patched"), env("d", "new"), env("a", "2"), env("b", "1")],
+            "the patch's elements first, then the target's others in place; `a` is its last copy"
+        );
     }
 
     #[test]
-    fn a_merge_key_that_is_a_map_is_refused_not_matched() {
-        // kyaml compares keys as scalar text: a map would match every other map.
-        let problem =
-            merge(json!({"spec": {"template": {"spec": {"containers": [{"name": {"x": 1}, "image": "b"}]}}}}))
-                .unwrap_err();
-        assert!(problem.message.contains("lacks `name`"), "{problem}");
+    fn with_several_keys_the_targets_elements_move_to_the_end_in_the_order_of_their_last_copy() {
+        let port = |n: u16, name: &str| json!({"containerPort": n, "protocol": "TCP", "name": name});
+        let dest = [port(80, "a"), port(81, "b"), port(80, "c"), port(82, "d")];
+        let patch = [port(82, "patched"), port(90, "new")];
+        let [indexed, before] = both("ports", &dest, &patch, false);
+        assert_eq!(indexed, before);
+        assert_eq!(indexed.unwrap(), [port(90, "new"), port(81, "b"), port(80, "c"), port(82, "patched")]);
+    }
+
+    #[test]
+    fn duplicate_keys_and_replacements_are_refused_alike() {
+        for (dest, patch) in [
+            (vec![env("a", "1")], vec![env("a", "2"), env("a", "3")]),
+            (vec![env("a", "1"), env("a", "2")], vec![env("a", "3")]),
+            (vec![env("a", "1")], vec![json!({"name": "a", "$patch": "replace"})]),
+            (vec![env("a", "1")], vec![json!({"value": "no name"})]),
+            (vec![json!("a scalar")], vec![env("a", "1")]),
+        ] {
+            let [indexed, before] = both("env", &dest, &patch, false);
+            assert!(indexed.is_err(), "{dest:?} {patch:?}");
+            assert_eq!(indexed, before);
+        }
+    }
+
+    /// A list element of the generated cases: mostly keyed maps (few keys, so that they collide),
+    /// sometimes a directive, a null, an empty map or an element without its keys.
+    fn element(ports: bool) -> impl Strategy<Value = Value> {
+        let keyed = (0..4u8, 0..3u8, 0..6u8).prop_map(move |(key, value, shape)| {
+            let mut element = if ports {
+                let mut port = json!({"containerPort": 80 + u16::from(key)});
+                if key % 2 == 0 {
+                    port["protocol"] = json!(if value == 0 { "UDP" } else { "TCP" });
+                }
+                port
+            } else {
+                json!({"name": format!("k{key}")})
+            };
+            match shape {
+                0 => element["$patch"] = json!("delete"),
+                1 => element["$patch"] = json!("replace"),
+                2 => element["value"] = Value::Null,
+                _ => element["value"] = json!(format!("v{value}")),
+            }
+            element
+        });
+        prop_oneof![
+            12 => keyed,
+            1 => Just(Value::Null),
+            1 => Just(json!({})),
+            1 => Just(json!({"value": "keyless"})),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn the_indexed_keyed_merge_gives_what_the_nested_loops_gave(
+            ports in proptest::bool::ANY,
+            dest in proptest::collection::vec(element(false), 0..8),
+            patch in proptest::collection::vec(element(false), 0..8),
+            dest_ports in proptest::collection::vec(element(true), 0..8),
+            patch_ports in proptest::collection::vec(element(true), 0..8),
+            alone in proptest::bool::ANY,
+        ) {
+            let (field, dest, patch) = if ports { ("ports", dest_ports, patch_ports) } else { ("env", dest, patch) };
+            let [indexed, before] = both(field, &dest, &patch, alone);
+            proptest::prop_assert_eq!(indexed, before);
+        }
+
+        #[test]
+        fn the_hashed_scalar_set_merge_gives_what_the_nested_loops_gave(
+            dest in proptest::collection::vec(scalar(), 0..10),
+            patch in proptest::collection::vec(scalar(), 0..10),
+        ) {
+            let merger = Merger { table: MergeKeys::builtin() };
+            proptest::prop_assert_eq!(
+                merger.merge_scalars(&dest, &patch, "finalizers"),
+                merge_scalars_before(&dest, &patch, "finalizers")
+            );
+        }
+    }
+
+    /// A scalar (or, rarely, a map) of a list merged as a set; `1` and `"1"` are the same text.
+    fn scalar() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            8 => (0..5u8).prop_map(|n| json!(format!("{n}"))),
+            2 => (0..5u8).prop_map(|n| json!(n)),
+            1 => Just(Value::Null),
+            1 => Just(json!(true)),
+            1 => Just(json!({"a": 1})),
+        ]
+    }
+
+    #[test]
+    fn attacker_five_thousand_env_entries_patched_into_five_thousand_take_linear_work() {
+        // The review's case (79 s before): every lookup was a scan of the other list.
+        let n = 5_000;
+        let dest: Vec<Value> = (0..n).map(|i| env(&format!("E{i}"), "old")).collect();
+        let patch: Vec<Value> = (n / 2..n + n / 2).map(|i| env(&format!("E{i}"), "new")).collect();
+        let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "a:1", "env": dest}]}}}});
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "env": patch}]}}}});
+        let (merged, work) =
+            counted(|| apply(&target, &patch, Allow::default(), MergeKeys::builtin()).unwrap().unwrap());
+        let env = merged.pointer("/spec/template/spec/containers/0/env").and_then(Value::as_array).unwrap();
+        assert_eq!(env.len(), n + n / 2);
+        assert_eq!(env[0], json!({"name": format!("E{}", n / 2), "value": "new"}), "the patch's order first");
+        assert_eq!(env[n], json!({"name": "E0", "value": "old"}), "then the target's others");
+        // A hash and a comparison or so per element of either list; the nested loops made n * n.
+        assert!(work <= 2 * (n + n), "{work} comparisons for {n} into {n}");
+    }
+
+    #[test]
+    fn attacker_a_large_scalar_set_merge_takes_linear_work() {
+        let n = 20_000;
+        let dest: Vec<Value> = (0..n).map(|i| json!(format!("f{i}"))).collect();
+        let patch: Vec<Value> = (n / 2..n + n / 2).map(|i| json!(format!("f{i}"))).collect();
+        let merger = Merger { table: MergeKeys::builtin() };
+        let (merged, work) = counted(|| merger.merge_scalars(&dest, &patch, "finalizers").unwrap());
+        assert_eq!(merged.as_array().map(Vec::len), Some(n + n / 2));
+        assert!(work <= 2 * (n + n), "{work} comparisons for {n} and {n}");
     }
 
     #[test]
