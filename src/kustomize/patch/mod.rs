@@ -212,6 +212,12 @@ fn apply_indexed(patches: &[Patch], resources: &mut Vec<Resource>) -> Result<(),
             continue;
         }
         for document in documents {
+            if index.is_none() {
+                // Rebuilt after each patch that deleted or renamed: paid for, as a tenant can make
+                // every document do that.
+                budget::charge(|b| b.charge_work(resources.len() as u64))
+                    .map_err(|overrun| Problem::field(&patch.field, overrun.to_string()))?;
+            }
             let ids = index.get_or_insert_with(|| index_ids(resources, table));
             let text = |p: &str| document.pointer(p).and_then(Value::as_str);
             let id = named_id(document, text("/metadata/name").unwrap_or_default(), text("/metadata/namespace"), table);
@@ -398,8 +404,14 @@ impl Patch {
                 None => deleted.push(index),
             }
         }
-        for index in deleted.into_iter().rev() {
-            objects.remove(index);
+        if !deleted.is_empty() {
+            // One pass, however many objects the patch deletes.
+            let deleted: std::collections::HashSet<usize> = deleted.into_iter().collect();
+            let mut index = 0;
+            objects.retain(|_| {
+                index += 1;
+                !deleted.contains(&(index - 1))
+            });
         }
         Ok(())
     }
