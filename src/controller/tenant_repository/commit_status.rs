@@ -14,9 +14,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::plan::Plan;
-use super::{APPLIED, TRANSIENT_RETRY, tenant_text};
+use super::{APPLIED, TRANSIENT_RETRY};
 use crate::api::tenant_repository::{GitLabStatus, TenantRepository, TenantRepositoryStatus};
 use crate::controller::conditions::{self, Health, Verdict};
+use crate::controller::tenant_text::{self, Object};
 use crate::error::{Class, Classify};
 use crate::gitlab::feedback::{self, Outcome, Remembered, Step, Target, Vars};
 use crate::gitlab::{self, GitLabError};
@@ -95,7 +96,9 @@ pub fn outcome_of(repo: &TenantRepository, plan: &Plan) -> Option<Outcome> {
         return Some(Outcome::Refused(problems));
     }
     let applied = plan.applied.as_ref()?;
-    let told = || tenant_text::for_tenant(APPLIED, &applied.reason, &applied.message).message().to_owned();
+    let told = || {
+        tenant_text::for_tenant(Object::Registration, APPLIED, &applied.reason, &applied.message).message().to_owned()
+    };
     match (applied.ok, health) {
         (true, _) => Some(Outcome::Applied(told())),
         (false, Health::Stalled { .. }) => Some(Outcome::Failed(told())),

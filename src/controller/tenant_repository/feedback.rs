@@ -21,7 +21,6 @@ use serde_json::{Value, json};
 
 use super::execute::Executed;
 use super::plan::Plan;
-use super::tenant_text;
 use super::{APPLIED, REASON_APPLY_FAILED, REASON_PRUNE_FAILED, REASON_VALIDATION_FAILED};
 use crate::api::sync_status::{LocatedProblem, RegistrationReference, SyncReport};
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
@@ -29,6 +28,7 @@ use crate::api::{API_VERSION, SyncStatus, SyncStatusSpec, SyncStatusStatus, labe
 use crate::apply::{Done, Write, Writer};
 use crate::controller::conditions;
 use crate::controller::events::{EventSink, Notice};
+use crate::controller::tenant_text::{self, Object};
 use crate::problem::Problem;
 use crate::source::error::redact_userinfo;
 use crate::source::short_revision;
@@ -136,7 +136,7 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
             .conditions
             .iter()
             .filter(|c| c.type_ != SYNC_STATUS_WRITTEN)
-            .map(tenant_text::condition_for_tenant)
+            .map(|c| tenant_text::condition_for_tenant(Object::Registration, c))
             .collect(),
         last_fetched_revision: status.last_fetched_revision.clone(),
         last_applied_revision: status.last_applied_revision.clone(),

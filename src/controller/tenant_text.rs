@@ -1,31 +1,46 @@
-//! What a tenant reads about their registration, decided here and nowhere else: the conditions
-//! of their `SyncStatus`, the Warning Events in their namespace (made from that SyncStatus) and
-//! the commit statuses on GitLab (docs/feedback.md, "What a tenant is told").
+//! What a tenant reads about their registrations and CDTargets, decided here and nowhere else:
+//! the conditions of their `SyncStatus`, the Warning Events in their namespace (made from that
+//! SyncStatus), the commit statuses on GitLab (docs/feedback.md, "What a tenant is told"), and
+//! the conditions of their CDTargets with the Events that quote them.
 //!
 //! Tenants are hostile, and a condition message written for the platform team names what the
 //! platform keeps to itself: the policy's ranges, hosts and values, the Git server, the cache,
 //! known_hosts and CA details, GitLab project, key and hook ids. So the tenant's text comes from an
-//! allow-list by condition type and reason ([`for_tenant`]): a message about the tenant's own
-//! files and objects (a located problem, an object the API server refused or found unhealthy,
+//! allow-list by object, condition type and reason ([`for_tenant`]): a message about the tenant's
+//! own files and objects (a located problem, an object the API server refused or found unhealthy,
 //! what was applied) is shown as it is; every other one, and anything not on the list (fail
 //! closed), is replaced by a fixed sentence of its class, which holds no content. The
 //! TenantRepository (platform namespace) keeps every detail, and that is how the platform team
-//! is told: its conditions and Events, the alerts on them (docs/operations.md) and the logs.
+//! is told: its conditions and Events, the alerts on them (docs/operations.md) and the logs. A
+//! CDTarget has no platform copy: a child it could not write fails the reconcile, which is logged,
+//! and an invalid policy is logged with its problems once per change of the policy.
 
 use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::commit_status::{self, REASON_POSTED};
-use super::wait::{REASON_HEALTH_CHECK_FAILED, REASON_HEALTH_CHECK_PENDING};
-use super::{
+use super::cdtarget;
+use super::cdtarget::agents::{REASON_AGENTS_NOT_AVAILABLE, REASON_ROLLOUT_FAILED, REASON_SCALED_OBJECT_NOT_READY};
+use super::conditions::{READY, RECONCILING, STALLED};
+use super::tenant_repository::commit_status::{self, REASON_POSTED};
+use super::tenant_repository::wait::{REASON_HEALTH_CHECK_FAILED, REASON_HEALTH_CHECK_PENDING};
+use super::tenant_repository::{
     APPLIED, REASON_APPLY_FAILED, REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_PRUNE_FAILED,
     REASON_SECRET_NOT_FOUND, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY,
 };
-use crate::controller::conditions::{READY, RECONCILING, STALLED};
 use crate::gitlab::{self, REASON_SYNCED};
 use crate::problem::Problem;
 use crate::source::FailureKind;
+
+/// Whose conditions a tenant reads: one type and reason can mean different things on each
+/// (`InvalidSpec` is the platform's registration, or the tenant's own CDTarget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Object {
+    /// A TenantRepository, read through its SyncStatus, the tenant Events and GitLab.
+    Registration,
+    /// A CDTarget, read in its own status and the Events about it.
+    CDTarget,
+}
 
 /// The platform's own configuration (its policy, the registration, the registration's Secret)
 /// is invalid or incomplete.
@@ -57,6 +72,10 @@ pub const STATUS_POSTED: &str = "the commit status of the revision evaluated las
 /// `CommitStatusPosted=False`, whatever the reason.
 pub const STATUS_NOT_POSTED: &str = "the platform cannot post commit statuses on GitLab; the platform team has been \
                                      told (the apply is not affected)";
+/// A CDTarget's children could not be written by the controller (its rights, a CRD missing, a
+/// rendering the API server refuses).
+pub const CHILDREN_NOT_WRITTEN: &str = "the platform cannot write this CDTarget's NetworkPolicy, Deployment or KEDA \
+                                        objects; the platform team has been told";
 /// A condition type or reason not on the allow-list.
 pub const NOT_LISTED: &str = "the details are the platform's; the platform team has been told";
 
@@ -72,8 +91,33 @@ const SUMMARY_THEIRS: &[&str] = &[
     REASON_SUSPENDED,
 ];
 
-/// The allow-list: by condition type, the reasons whose message the tenant reads as it is.
-const THEIRS: &[(&str, &[&str])] = &[
+/// The reasons of a CDTarget that are about the tenant's own CDTarget, Secrets, ConfigMaps,
+/// namespace and agents.
+const CDTARGET_THEIRS: &[&str] = &[
+    cdtarget::REASON_APPLIED,
+    cdtarget::REASON_KEDA_NOT_INSTALLED,
+    REASON_AGENTS_NOT_AVAILABLE,
+    REASON_SCALED_OBJECT_NOT_READY,
+    REASON_ROLLOUT_FAILED,
+    cdtarget::REASON_INVALID_SPEC,
+    cdtarget::REASON_SECRET_NOT_FOUND,
+    cdtarget::REASON_NAME_CONFLICT,
+    cdtarget::REASON_SECRET_NOT_ALLOWED,
+    cdtarget::REASON_CONFIG_MAP_NOT_ALLOWED,
+];
+
+/// The allow-list of a CDTarget: by condition type, the reasons whose message the tenant reads
+/// as it is.
+const CDTARGET: &[(&str, &[&str])] = &[
+    (READY, CDTARGET_THEIRS),
+    (RECONCILING, CDTARGET_THEIRS),
+    (STALLED, CDTARGET_THEIRS),
+    (cdtarget::APPLIED, CDTARGET_THEIRS),
+];
+
+/// The allow-list of a registration: by condition type, the reasons whose message the tenant
+/// reads as it is.
+const REGISTRATION: &[(&str, &[&str])] = &[
     (READY, SUMMARY_THEIRS),
     (RECONCILING, SUMMARY_THEIRS),
     (STALLED, SUMMARY_THEIRS),
@@ -84,7 +128,7 @@ const THEIRS: &[(&str, &[&str])] = &[
 /// What a tenant reads of one condition message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TenantText<'a> {
-    /// About the tenant's own files and objects: the message as the registration has it.
+    /// About the tenant's own files and objects: the message as the object has it.
     Theirs(&'a str),
     /// The platform's trouble, or a condition not on the allow-list: a fixed sentence of its
     /// class, in place of the message.
@@ -101,24 +145,32 @@ impl<'a> TenantText<'a> {
     }
 }
 
-/// What the tenant reads of a condition of type `condition_type` with `reason` and `message`:
-/// the message when the type and reason are on the allow-list, else the fixed sentence of the
-/// reason's class ([`NOT_LISTED`] for what no class names).
-pub fn for_tenant<'a>(condition_type: &str, reason: &str, message: &'a str) -> TenantText<'a> {
-    let listed = THEIRS.iter().any(|(kind, reasons)| *kind == condition_type && reasons.contains(&reason));
+/// What the tenant reads of a condition of `object` of type `condition_type` with `reason` and
+/// `message`: the message when the type and reason are on the object's allow-list, else the
+/// fixed sentence of the reason's class ([`NOT_LISTED`] for what no class names).
+pub fn for_tenant<'a>(object: Object, condition_type: &str, reason: &str, message: &'a str) -> TenantText<'a> {
+    let list = match object {
+        Object::Registration => REGISTRATION,
+        Object::CDTarget => CDTARGET,
+    };
+    let listed = list.iter().any(|(kind, reasons)| *kind == condition_type && reasons.contains(&reason));
     // An API server refusing the controller's impersonation refuses every object alike.
-    let refused_the_controller =
-        [REASON_APPLY_FAILED, REASON_PRUNE_FAILED].contains(&reason) && refuses_the_controller(message);
+    let refused_the_controller = object == Object::Registration
+        && [REASON_APPLY_FAILED, REASON_PRUNE_FAILED].contains(&reason)
+        && refuses_the_controller(message);
     if listed && !refused_the_controller {
         return TenantText::Theirs(message);
     }
-    TenantText::Fixed(sentence(condition_type, reason))
+    TenantText::Fixed(match object {
+        Object::Registration => registration_sentence(condition_type, reason),
+        Object::CDTarget => cdtarget_sentence(condition_type, reason),
+    })
 }
 
-/// `condition` as the tenant reads it: its message through [`for_tenant`], the rest as it is
-/// (the reason is an API identifier, never content).
-pub fn condition_for_tenant(condition: &Condition) -> Condition {
-    let message = for_tenant(&condition.type_, &condition.reason, &condition.message).message().to_owned();
+/// `condition` of `object` as the tenant reads it: its message through [`for_tenant`], the
+/// rest as it is (the reason is an API identifier, never content).
+pub fn condition_for_tenant(object: Object, condition: &Condition) -> Condition {
+    let message = for_tenant(object, &condition.type_, &condition.reason, &condition.message).message().to_owned();
     Condition { message, ..condition.clone() }
 }
 
@@ -137,8 +189,17 @@ fn refuses_the_controller(message: &str) -> bool {
     message.contains("cannot impersonate")
 }
 
-/// The fixed sentence of a condition not shown as it is.
-fn sentence(condition_type: &str, reason: &str) -> &'static str {
+/// The fixed sentence of a CDTarget's condition not shown as it is.
+fn cdtarget_sentence(condition_type: &str, reason: &str) -> &'static str {
+    match (condition_type, reason) {
+        (READY | RECONCILING | STALLED | cdtarget::APPLIED, cdtarget::REASON_INVALID_POLICY) => PLATFORM_CONFIGURATION,
+        (READY | RECONCILING | STALLED | cdtarget::APPLIED, cdtarget::REASON_API_ERROR) => CHILDREN_NOT_WRITTEN,
+        _ => NOT_LISTED,
+    }
+}
+
+/// The fixed sentence of a registration's condition not shown as it is.
+fn registration_sentence(condition_type: &str, reason: &str) -> &'static str {
     let fetch = |kinds: &[FailureKind]| kinds.iter().any(|kind| kind.reason() == reason);
     match condition_type {
         gitlab::CONDITION_TYPE if reason == REASON_SYNCED => GITLAB_SYNCED,
@@ -186,7 +247,7 @@ mod tests {
                                    ssh://git@127.0.0.1:2222 deploy key 7340004 on project 7340001";
 
     fn told(condition_type: &str, reason: &str) -> TenantText<'static> {
-        for_tenant(condition_type, reason, PLATFORM_DETAIL)
+        for_tenant(Object::Registration, condition_type, reason, PLATFORM_DETAIL)
     }
 
     #[test]
@@ -194,17 +255,21 @@ mod tests {
         let located = "revision 3f2a9c1 was not applied: deploy/agents.yaml:1: spec.ip[0]: not an IP address";
         for reason in [REASON_VALIDATION_FAILED, REASON_APPLY_FAILED, REASON_PRUNE_FAILED] {
             for kind in [READY, STALLED, RECONCILING, APPLIED] {
-                assert_eq!(for_tenant(kind, reason, located), TenantText::Theirs(located), "{kind} {reason}");
+                assert_eq!(
+                    for_tenant(Object::Registration, kind, reason, located),
+                    TenantText::Theirs(located),
+                    "{kind} {reason}"
+                );
             }
         }
         for reason in [REASON_HEALTH_CHECK_PENDING, REASON_HEALTH_CHECK_FAILED, REASON_SUSPENDED] {
-            assert_eq!(for_tenant(READY, reason, located).message(), located, "{reason}");
+            assert_eq!(for_tenant(Object::Registration, READY, reason, located).message(), located, "{reason}");
         }
         let applied = "applied 4 objects of revision 3f2a9c1d8e7b into team-a";
-        assert_eq!(for_tenant(APPLIED, REASON_SUCCEEDED, applied).message(), applied);
-        assert_eq!(for_tenant(READY, REASON_SUCCEEDED, applied).message(), applied);
+        assert_eq!(for_tenant(Object::Registration, APPLIED, REASON_SUCCEEDED, applied).message(), applied);
+        assert_eq!(for_tenant(Object::Registration, READY, REASON_SUCCEEDED, applied).message(), applied);
         let fetched = "fetched revision 3f2a9c1d8e7b0c5d4e3f2a1b0c9d8e7f6a5b4c3d";
-        assert_eq!(for_tenant(SOURCE_READY, REASON_SUCCEEDED, fetched).message(), fetched);
+        assert_eq!(for_tenant(Object::Registration, SOURCE_READY, REASON_SUCCEEDED, fetched).message(), fetched);
     }
 
     #[test]
@@ -266,8 +331,8 @@ mod tests {
                        forbidden: User \"system:serviceaccount:cdtarget-system:cdtarget\" cannot impersonate \
                        resource \"serviceaccounts\" in API group \"\" in the namespace \"team-a\"";
         for reason in [REASON_APPLY_FAILED, REASON_PRUNE_FAILED] {
-            assert_eq!(for_tenant(READY, reason, refused), TenantText::Fixed(NO_ACCESS));
-            assert_eq!(for_tenant(APPLIED, reason, refused), TenantText::Fixed(NO_ACCESS));
+            assert_eq!(for_tenant(Object::Registration, READY, reason, refused), TenantText::Fixed(NO_ACCESS));
+            assert_eq!(for_tenant(Object::Registration, APPLIED, reason, refused), TenantText::Fixed(NO_ACCESS));
         }
         let theirs = Problem::field(
             "",
@@ -276,7 +341,7 @@ mod tests {
         )
         .located("ingress.yaml", Some(1), Some(1));
         let controllers = Problem::field("", refused).located("settings.yaml", Some(1), Some(1));
-        assert_eq!(problems_for_tenant(&[theirs.clone(), controllers]).as_ref(), [theirs.clone()]);
+        assert_eq!(problems_for_tenant(&[theirs.clone(), controllers]).as_ref(), std::slice::from_ref(&theirs));
         assert!(matches!(problems_for_tenant(std::slice::from_ref(&theirs)), Cow::Borrowed(_)));
     }
 
@@ -293,10 +358,30 @@ mod tests {
     }
 
     #[test]
+    fn a_cdtargets_own_spec_secrets_and_agents_are_told_in_full_and_the_platforms_trouble_is_not() {
+        let theirs = "spec.ip[0]: `10.1.2.3` is in the forbidden range 10.0.0.0/8; use the service's host name";
+        for reason in CDTARGET_THEIRS {
+            for kind in [READY, STALLED, RECONCILING, cdtarget::APPLIED] {
+                assert_eq!(for_tenant(Object::CDTarget, kind, reason, theirs), TenantText::Theirs(theirs), "{reason}");
+            }
+        }
+        let of_cdtarget = |reason: &str| for_tenant(Object::CDTarget, READY, reason, PLATFORM_DETAIL);
+        assert_eq!(of_cdtarget(cdtarget::REASON_INVALID_POLICY), TenantText::Fixed(PLATFORM_CONFIGURATION));
+        assert_eq!(of_cdtarget(cdtarget::REASON_API_ERROR), TenantText::Fixed(CHILDREN_NOT_WRITTEN));
+        assert_eq!(of_cdtarget("SomeNewReason"), TenantText::Fixed(NOT_LISTED));
+        // The same reason means the platform's registration on a TenantRepository.
+        assert_eq!(told(READY, cdtarget::REASON_INVALID_SPEC), TenantText::Fixed(PLATFORM_CONFIGURATION));
+    }
+
+    #[test]
     fn what_is_not_on_the_list_is_replaced_fail_closed() {
         assert_eq!(told(READY, "SomeNewReason"), TenantText::Fixed(NOT_LISTED));
         assert_eq!(told(SOURCE_READY, REASON_VALIDATION_FAILED), TenantText::Fixed(NOT_LISTED));
         assert_eq!(told("SomeNewCondition", REASON_SUCCEEDED), TenantText::Fixed(NOT_LISTED));
+        assert_eq!(
+            for_tenant(Object::CDTarget, "SomeNewCondition", cdtarget::REASON_APPLIED, PLATFORM_DETAIL),
+            TenantText::Fixed(NOT_LISTED)
+        );
     }
 
     #[test]
@@ -308,6 +393,7 @@ mod tests {
             TOO_LARGE,
             UNSAFE_TREE,
             NO_ACCESS,
+            CHILDREN_NOT_WRITTEN,
             GITLAB_SYNCED,
             GITLAB_NOT_SYNCED,
             STATUS_POSTED,
@@ -330,7 +416,7 @@ mod tests {
             observed_generation: Some(3),
             last_transition_time: Time(Timestamp::UNIX_EPOCH),
         };
-        let told = condition_for_tenant(&condition);
+        let told = condition_for_tenant(Object::Registration, &condition);
         assert_eq!(told, Condition { message: PLATFORM_CONFIGURATION.into(), ..condition });
     }
 }
