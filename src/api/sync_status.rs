@@ -61,7 +61,8 @@ pub struct SyncStatusStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The registration's kstatus conditions (`Ready`, `Reconciling`, `Stalled`, `SourceReady`,
-    /// `Applied`, ...), as on the TenantRepository.
+    /// `Applied`, ...), as on the TenantRepository, each message as a tenant may read it: in full
+    /// about the tenant's own files and objects, else a fixed sentence (docs/feedback.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The commit last fetched.

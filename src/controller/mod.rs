@@ -4,7 +4,8 @@
 //!   (observe, plan, execute, status), run in order by the reconciler's `reconcile`.
 //! - [`inputs`]: what every reconcile reads that is not its own object (the policy, parsed
 //!   once per change; whether KEDA is installed).
-//! - [`conditions`] and [`events`]: how an outcome is reported (kstatus conditions, Events).
+//! - [`conditions`] and [`events`]: how an outcome is reported (kstatus conditions, Events);
+//!   [`tenant_text`]: what of it a tenant reads.
 //! - [`process`]: the wiring of `cdtarget controller` (flags, watches, leader election, KEDA
 //!   discovery, shutdown) and the builder the end-to-end tests start it through.
 //!
@@ -17,6 +18,7 @@ pub mod events;
 pub mod inputs;
 pub mod process;
 pub mod tenant_repository;
+pub mod tenant_text;
 
 use std::time::Duration;
 

@@ -532,6 +532,13 @@ impl FakeGitLab {
         }
     }
 
+    /// Moves the id counter on to `next`: projects, keys and hooks made from now on get ids a
+    /// test can tell apart from every other number in a text it scans.
+    pub fn start_ids_at(&self, next: i64) {
+        let mut state = self.state();
+        state.next_id = state.next_id.max(next);
+    }
+
     // === switches ===
 
     /// Answers the next `times` requests matching `method` and `route` (a template such as

@@ -328,20 +328,38 @@ async fn invalid_spec_stalls_naming_every_problem_and_keeps_the_children() {
 }
 
 #[tokio::test]
-async fn invalid_policy_stalls_and_keeps_the_children() {
+async fn invalid_policy_stalls_keeps_the_children_and_tells_the_tenant_no_policy_value() {
+    use cdtarget::controller::events::EventSink;
+    use cdtarget::controller::tenant_text::PLATFORM_CONFIGURATION;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::runtime::events::Reporter;
+
     let cluster = cluster_with_target(true).await;
-    cluster.reconcile().await;
+    let reporter = Reporter { controller: "cdtarget".into(), instance: Some("test".into()) };
+    let mut context = (*cluster.context()).clone();
+    context.recorder = Some(EventSink::new(cluster.client.clone(), reporter));
+    let context = std::sync::Arc::new(context);
+    cluster.reconcile_named(NAME, context.clone()).await;
     let before = network_policy(&cluster).await;
-    cluster.put_policy("ports", "443\nhttps\n").await;
+    cluster.put_policy("ports", "443\nsecret-port-9999x\n").await;
     cluster.clear_writes();
 
-    cluster.reconcile().await;
+    cluster.reconcile_named(NAME, context).await;
 
+    // The CDTarget and its Events are the tenant's to read: the fixed sentence, no policy value.
     let status = status(&cluster.target().await);
-    let stalled = condition(&status, STALLED);
-    assert_eq!(stalled.reason, "InvalidPolicy");
-    assert!(stalled.message.contains("data.ports"), "{}", stalled.message);
-    assert_eq!(cluster.writes(), ["status CDTarget team-a/agents"]);
+    for kind in [STALLED, READY, APPLIED] {
+        let condition = condition(&status, kind);
+        assert_eq!((condition.reason.as_str(), condition.message.as_str()), ("InvalidPolicy", PLATFORM_CONFIGURATION));
+    }
+    let events = cluster.api::<Event>().list(&Default::default()).await.expect("list Events").items;
+    let stalled = events.iter().find(|e| e.reason.as_deref() == Some("InvalidPolicy")).expect("the Event");
+    assert_eq!(stalled.note.as_deref(), Some(PLATFORM_CONFIGURATION));
+    assert!(!serde_json::to_string(&events).unwrap().contains("secret-port-9999x"), "{events:#?}");
+    assert_eq!(
+        cluster.writes().iter().filter(|w| !w.contains("Event")).collect::<Vec<_>>(),
+        ["status CDTarget team-a/agents"]
+    );
     assert_eq!(network_policy(&cluster).await, before);
 }
 

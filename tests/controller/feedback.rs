@@ -14,7 +14,7 @@ use kube::runtime::watcher;
 use crate::tenant_repository::{Fixture, REPO, TENANT, config_map_yaml};
 
 /// A store of SyncStatuses that has listed (empty), and the writer that keeps it so.
-fn listed_store() -> (Feedback, store::Writer<SyncStatus>) {
+pub(crate) fn listed_store() -> (Feedback, store::Writer<SyncStatus>) {
     let (store, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Init);
     writer.apply_watcher_event(&watcher::Event::InitDone);

@@ -16,3 +16,4 @@ mod run;
 mod support;
 mod takeover;
 mod tenant_repository;
+mod tenant_text;

@@ -138,6 +138,11 @@ impl Fixture {
         reconcile(Arc::new(repo), self.context()).await.expect("reconcile")
     }
 
+    /// The controller's Git cache (`--cache-dir`) of this fixture.
+    pub(crate) fn cache_path(&self) -> &std::path::Path {
+        self.cache.path()
+    }
+
     pub(crate) fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap().clone()
     }

@@ -7,9 +7,12 @@ use crate::api::reconcile_request;
 use crate::api::{CDTarget, CDTargetStatus, RenderedSummary};
 use crate::apply::{Write, WriteError, Writer};
 use crate::controller::conditions::{self, Health};
+use crate::controller::tenant_text::{self, Object};
 
 /// The status after a reconcile: conditions summarised from `health` (the agents counted), and
-/// `Applied` from `applied` (the children alone), for the current generation.
+/// `Applied` from `applied` (the children alone), for the current generation. The CDTarget is
+/// the tenant's to read, so every message is one [`tenant_text`] lets a tenant read (the Events
+/// quote these conditions too).
 pub fn next_status(
     target: &CDTarget,
     health: &Health,
@@ -25,6 +28,8 @@ pub fn next_status(
         Health::Stalled { reason, message } | Health::Progressing { reason, message } => (false, reason, message),
     };
     conditions::set(&mut status.conditions, super::APPLIED, ok, reason, message, generation, now);
+    status.conditions =
+        status.conditions.iter().map(|c| tenant_text::condition_for_tenant(Object::CDTarget, c)).collect();
     status.observed_generation = generation;
     status.rendered = rendered;
     status.last_handled_reconcile_at =

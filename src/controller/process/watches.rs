@@ -203,7 +203,11 @@ pub async fn keep_policy(
         let read = policy_of(seen.as_ref());
         match &read {
             Ok(_) => info!(present = seen.is_some(), "read the platform policy"),
-            Err(problems) => warn!(problems = problems.len(), "the platform policy is invalid"),
+            // The one place a CDTarget's invalid policy is told in full: tenants read a fixed sentence.
+            Err(problems) => {
+                let detail = problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                warn!(problems = problems.len(), %detail, "the platform policy is invalid")
+            }
         }
         // The first read only lets reconciles start (they wait for it); the initial lists of
         // the objects reconcile everything anyway. Every later change renders everything again.

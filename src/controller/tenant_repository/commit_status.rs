@@ -13,10 +13,11 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::TRANSIENT_RETRY;
 use super::plan::Plan;
+use super::{APPLIED, TRANSIENT_RETRY};
 use crate::api::tenant_repository::{GitLabStatus, TenantRepository, TenantRepositoryStatus};
 use crate::controller::conditions::{self, Health, Verdict};
+use crate::controller::tenant_text::{self, Object};
 use crate::error::{Class, Classify};
 use crate::gitlab::feedback::{self, Outcome, Remembered, Step, Target, Vars};
 use crate::gitlab::{self, GitLabError};
@@ -72,14 +73,14 @@ pub fn target_of(
 /// What the executed plan concluded about its revision: `None` while it is not judged (nothing
 /// fetched, suspended, or a failure that is retried, so the status stays `pending`). Problems
 /// are located from the repository root (`spec.path` + the file), as the tenant sees them on
-/// GitLab.
+/// GitLab; problems and messages are those [`tenant_text`] lets a tenant read.
 pub fn outcome_of(repo: &TenantRepository, plan: &Plan) -> Option<Outcome> {
     plan.fetched_revision.as_ref()?;
     let health = plan.health.as_ref()?;
-    if !plan.problems.is_empty() {
+    let problems = tenant_text::problems_for_tenant(&plan.problems);
+    if !problems.is_empty() {
         let base = repo.spec.path.as_deref().unwrap_or_default().trim_start_matches("./").trim_matches('/');
-        let problems = plan
-            .problems
+        let problems = problems
             .iter()
             .cloned()
             .map(|mut problem| {
@@ -95,9 +96,12 @@ pub fn outcome_of(repo: &TenantRepository, plan: &Plan) -> Option<Outcome> {
         return Some(Outcome::Refused(problems));
     }
     let applied = plan.applied.as_ref()?;
+    let told = || {
+        tenant_text::for_tenant(Object::Registration, APPLIED, &applied.reason, &applied.message).message().to_owned()
+    };
     match (applied.ok, health) {
-        (true, _) => Some(Outcome::Applied(applied.message.clone())),
-        (false, Health::Stalled { .. }) => Some(Outcome::Failed(applied.message.clone())),
+        (true, _) => Some(Outcome::Applied(told())),
+        (false, Health::Stalled { .. }) => Some(Outcome::Failed(told())),
         (false, _) => None,
     }
 }
@@ -328,6 +332,19 @@ mod tests {
             outcome_of(&repo, &plan(Some(sha), retried, refused, vec![])),
             None,
             "a retried failure is no verdict"
+        );
+    }
+
+    #[test]
+    fn a_platform_failure_is_described_on_gitlab_by_its_fixed_sentence() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let message =
+            "the platform policy is invalid (ask a cluster admin): egress.nat64Prefixes[0]: `10.99.0.0/16` is IPv4";
+        let stalled = Some(Health::Stalled { reason: "InvalidPolicy".into(), message: message.into() });
+        let refused = Some(Verdict::new(false, "InvalidPolicy", message));
+        assert_eq!(
+            outcome_of(&TenantRepository::test(), &plan(Some(sha), stalled, refused, vec![])),
+            Some(Outcome::Failed(tenant_text::PLATFORM_CONFIGURATION.into()))
         );
     }
 

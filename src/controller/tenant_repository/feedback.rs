@@ -28,6 +28,7 @@ use crate::api::{API_VERSION, SyncStatus, SyncStatusSpec, SyncStatusStatus, labe
 use crate::apply::{Done, Write, Writer};
 use crate::controller::conditions;
 use crate::controller::events::{EventSink, Notice};
+use crate::controller::tenant_text::{self, Object};
 use crate::problem::Problem;
 use crate::source::error::redact_userinfo;
 use crate::source::short_revision;
@@ -90,7 +91,8 @@ pub struct Inputs<'a> {
 
 /// The SyncStatus a reconcile calls for: in `spec.targetNamespace`, named after the
 /// registration, with the registration's labels (so a shard's selector selects it too) and
-/// `app.kubernetes.io/managed-by: cdtarget`. What the last reconcile that changed something did
+/// `app.kubernetes.io/managed-by: cdtarget`. Its conditions and problems are the registration's
+/// as [`tenant_text`] lets a tenant read them. What the last reconcile that changed something did
 /// is kept from `previous` when this one changed nothing, and so are the problems when no
 /// revision was evaluated (a failed fetch says nothing new about the tenant's documents).
 pub fn sync_status(inputs: &Inputs) -> SyncStatus {
@@ -109,7 +111,11 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     );
     object.metadata.namespace = Some(repo.spec.target_namespace.clone());
     object.metadata.labels = Some(labels);
-    let problems = if plan.fetched_revision.is_some() { located(&plan.problems) } else { before.problems.clone() };
+    let problems = if plan.fetched_revision.is_some() {
+        located(&tenant_text::problems_for_tenant(&plan.problems))
+    } else {
+        before.problems.clone()
+    };
     let changed =
         !executed.applied_objects.is_empty() || !executed.pruned_objects.is_empty() || !executed.repaired.is_empty();
     let last_sync = if changed {
@@ -125,7 +131,13 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     };
     object.status = Some(SyncStatusStatus {
         observed_generation: status.observed_generation,
-        conditions: status.conditions.iter().filter(|c| c.type_ != SYNC_STATUS_WRITTEN).cloned().collect(),
+        // Written for the tenant: the platform's detail stays on the registration.
+        conditions: status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != SYNC_STATUS_WRITTEN)
+            .map(|c| tenant_text::condition_for_tenant(Object::Registration, c))
+            .collect(),
         last_fetched_revision: status.last_fetched_revision.clone(),
         last_applied_revision: status.last_applied_revision.clone(),
         problems,
@@ -162,7 +174,8 @@ pub fn changes(previous: Option<&SyncStatus>, next: &SyncStatus) -> Option<Write
 
 /// The Events a reconcile calls for, each once per occurrence: a revision refused (validation,
 /// apply or prune failure) when the refusal is new (another revision, or another message), and
-/// every prune and drift repair that happened, naming the objects.
+/// every prune and drift repair that happened, naming the objects. Their notes come from `next`
+/// (what [`sync_status`] lets the tenant read) and the objects sent, never from the registration.
 pub fn notices(previous: Option<&SyncStatus>, next: &SyncStatus, executed: &Executed) -> Vec<Notice> {
     let mut notices = Vec::new();
     let applied = |s: Option<&SyncStatus>| {
@@ -361,7 +374,7 @@ mod tests {
     use crate::controller::conditions::Health;
     use crate::controller::conditions::Verdict;
     use crate::controller::tenant_repository::status::next_status;
-    use crate::controller::tenant_repository::{REASON_SUCCEEDED, Record};
+    use crate::controller::tenant_repository::{REASON_INVALID_POLICY, REASON_SUCCEEDED, Record};
 
     const PLATFORM: &str = "cdtarget-system";
 
@@ -580,6 +593,26 @@ mod tests {
         for notice in notices(None, &next, &Executed::default()) {
             assert!(!notice.recorded_note().contains("glpat"), "{notice:?}");
         }
+    }
+
+    #[test]
+    fn a_platform_failure_reaches_the_sync_status_as_its_fixed_sentence_and_the_registration_keeps_the_detail() {
+        let repo = TenantRepository::test();
+        let detail =
+            "the platform policy is invalid (ask a cluster admin): egress.nat64Prefixes[0]: `10.99.0.0/16` is IPv4";
+        let mut invalid_policy = plan_of("def456", vec![]);
+        invalid_policy.health = Some(Health::Stalled { reason: REASON_INVALID_POLICY.into(), message: detail.into() });
+        invalid_policy.applied = Some(Verdict::new(false, REASON_INVALID_POLICY, detail));
+        invalid_policy.record = None;
+        let (next, registration) = reconcile(&repo, &invalid_policy, &Executed::default(), None, 100);
+        let conditions = next.status.unwrap().conditions;
+        for kind in [conditions::READY, conditions::STALLED, APPLIED] {
+            let condition = conditions.iter().find(|c| c.type_ == kind).unwrap();
+            assert_eq!(condition.reason, REASON_INVALID_POLICY);
+            assert_eq!(condition.message, tenant_text::PLATFORM_CONFIGURATION, "{kind}");
+        }
+        let kept = registration.status.unwrap().conditions;
+        assert!(kept.iter().filter(|c| c.type_ != "SourceReady").all(|c| c.message == detail), "{kept:#?}");
     }
 
     #[test]

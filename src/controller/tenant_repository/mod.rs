@@ -6,6 +6,8 @@
 //! [`secrets`], the fetch, the policy, the load), [`plan`] decides (a pure function over what
 //! was read), [`execute`] applies and prunes through the one writer, [`gitlab`] is the GitLab
 //! step, and [`status`] computes and writes the status. [`reconcile`] runs them in order.
+//! What the tenant reads of it all (their SyncStatus, Events, GitLab texts) passes
+//! [`super::tenant_text`]'s allow-list.
 //! Nothing is lost on failure: a fetch, load or validation failure applies and prunes nothing,
 //! and the status keeps the last applied revision and the inventory. Objects new to the
 //! inventory are recorded in it before they are applied ([`Plan::intent`]), so an apply cut
