@@ -5,28 +5,20 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
+use crate::common::attacks::deepening_json_patch;
 use crate::common::cluster::{CONFIG_MAP, Tenant, applied, installed_cluster, shared_controller};
 use crate::kit::registration_condition;
 
 /// A kustomization whose JSON patch deepens its ConfigMap by 40 levels a round: without a depth
-/// bound, rounds of it built an object thousands of levels deep and the controller aborted with a
-/// stack overflow, again after every restart.
+/// bound the controller aborted with a stack overflow, again after every restart.
 fn deepening_attack() -> Vec<(&'static str, String)> {
-    let chain = (0..40).fold("{}".to_owned(), |inner, _| format!("{{\"a\": {inner}}}"));
-    let bottom = "/a".repeat(40);
-    let mut ops = Vec::new();
-    for _ in 0..30 {
-        ops.push(format!(r#"{{"op": "add", "path": "/tmp", "value": {chain}}}"#));
-        ops.push(format!(r#"{{"op": "move", "from": "/data", "path": "/tmp{bottom}/data"}}"#));
-        ops.push(r#"{"op": "move", "from": "/tmp", "path": "/data"}"#.to_owned());
-    }
     vec![
         (
             "deploy/kustomization.yaml",
             "resources: [settings.yaml]\npatches:\n- path: deepen.json\n  target: {kind: ConfigMap}\n".to_owned(),
         ),
         ("deploy/settings.yaml", CONFIG_MAP.to_owned()),
-        ("deploy/deepen.json", format!("[{}]", ops.join(",\n"))),
+        ("deploy/deepen.json", deepening_json_patch()),
     ]
 }
 

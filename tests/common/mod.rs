@@ -23,6 +23,7 @@
 
 pub mod access_review;
 pub mod api_bridge;
+pub mod attacks;
 pub mod cluster;
 pub mod control_plane;
 pub mod fake_gitlab;

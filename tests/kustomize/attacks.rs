@@ -10,6 +10,8 @@ use std::process::{Command, Stdio};
 use std::rc::Rc;
 
 use cdtarget::budget::{self, Budget, Overrun};
+
+use crate::common::attacks::deepening_json_patch;
 use cdtarget::manifests::{self, SourceFile};
 use cdtarget::policy::Policy;
 use cdtarget::problem::Problem;
@@ -115,20 +117,10 @@ fn one_config_map() -> SourceFile {
 
 #[test]
 fn a_json_patch_deepening_an_object_by_moves_is_refused_at_the_operation() {
-    // Each round adds a 40-level chain, moves the object's spec to its bottom and back: without a
-    // bound, rounds of this built objects thousands of levels deep and overflowed the stack.
-    let chain = (0..40).fold("{}".to_owned(), |inner, _| format!("{{\"a\": {inner}}}"));
-    let bottom = "/a".repeat(40);
-    let mut ops = Vec::new();
-    for _ in 0..30 {
-        ops.push(format!(r#"{{"op": "add", "path": "/tmp", "value": {chain}}}"#));
-        ops.push(format!(r#"{{"op": "move", "from": "/data", "path": "/tmp{bottom}/data"}}"#));
-        ops.push(r#"{"op": "move", "from": "/tmp", "path": "/data"}"#.to_owned());
-    }
     let files = vec![
         kustomization("resources: [cm.yaml]\npatches:\n- path: deepen.json\n  target: {kind: ConfigMap}\n"),
         one_config_map(),
-        file("deepen.json", format!("[{}]", ops.join(",\n"))),
+        file("deepen.json", deepening_json_patch()),
     ];
     let problem = refused_for(files, "nested more than 64 levels");
     assert_eq!(problem.file.as_deref(), Some("kustomization.yaml"));
