@@ -6,15 +6,14 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::process::{Command, Stdio};
-
 use std::rc::Rc;
 
 use cdtarget::budget::{self, Budget, Overrun};
-
-use crate::common::attacks::deepening_json_patch;
 use cdtarget::manifests::{self, SourceFile};
 use cdtarget::policy::Policy;
 use cdtarget::problem::Problem;
+
+use crate::common::attacks::deepening_json_patch;
 
 const TENANT: &str = "team-a";
 /// tokio's blocking threads (`spawn_blocking`), on which the loader used to run.
