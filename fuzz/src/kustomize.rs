@@ -549,6 +549,9 @@ struct Out {
     text: String,
     index: usize,
     anchors: usize,
+    /// Plain data for a JSON form: no anchors, aliases or alias bombs (the harness parses it
+    /// outside any budget).
+    plain: bool,
 }
 
 impl Out {
@@ -645,6 +648,10 @@ impl Node {
                 }
                 leaf.render(out);
                 out.raw(&"}".repeat(usize::from(*depth)));
+            }
+            Node::Anchor(_, node) if out.plain => node.render(out),
+            Node::Alias(_) | Node::Bomb { .. } if out.plain => {
+                out.raw("null");
             }
             Node::Anchor(a, node) => {
                 let _ = write!(out.text, "&a{a} ");
@@ -804,8 +811,9 @@ fn json_patch(out: &mut Out, json: bool, ops: &[Op]) {
             if let Some(value) = &op.value {
                 let _ = write!(out.text, ", {}: ", quote("value"));
                 if json {
-                    // Anchors are YAML's: the JSON form carries a plain value.
-                    let mut inner = Out { index, ..Out::default() };
+                    // Anchors are YAML's: the JSON form carries a plain value, without aliases
+                    // (so that reading it here costs no more than its text).
+                    let mut inner = Out { index, plain: true, ..Out::default() };
                     value.render(&mut inner);
                     match crate_yaml_to_json(&inner.text) {
                         Some(text) => out.raw(&text),

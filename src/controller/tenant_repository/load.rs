@@ -138,3 +138,55 @@ impl Loader {
 fn same_input(refused: &Refused, request: &LoadRequest) -> bool {
     refused.revision == request.revision && refused.synced == request.synced && refused.namespace == request.namespace
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG_MAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v}\n";
+
+    fn request(root: &std::path::Path, revision: &str) -> LoadRequest {
+        LoadRequest {
+            key: "cdtarget-system/team-a".into(),
+            revision: revision.into(),
+            root: root.to_path_buf(),
+            synced: String::new(),
+            namespace: "team-a".into(),
+        }
+    }
+
+    fn one_object() -> manifests::Limits {
+        manifests::Limits { budget: budget::Limits { objects: 1, ..budget::Limits::default() }, ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn a_revision_its_budget_refused_is_not_loaded_again_until_a_new_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let two = format!("{CONFIG_MAP}---\n{}", CONFIG_MAP.replace("name: a", "name: b"));
+        std::fs::write(dir.path().join("objects.yaml"), two).unwrap();
+        let loader = Loader::new(1);
+        let refused = loader.load(request(dir.path(), "abc"), one_object(), Policy::default()).await.unwrap_err();
+        assert!(refused[0].message.contains("more than 1 objects"), "{refused:?}");
+
+        // The same commit is not read again: what is on disk no longer matters.
+        std::fs::write(dir.path().join("objects.yaml"), CONFIG_MAP).unwrap();
+        let again = loader.load(request(dir.path(), "abc"), one_object(), Policy::default()).await.unwrap_err();
+        assert_eq!(again, refused);
+
+        let loaded = loader.load(request(dir.path(), "def"), one_object(), Policy::default()).await.unwrap();
+        assert_eq!(loaded.documents.len(), 1, "a new commit is loaded");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_by_the_tenancy_rules_is_not_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ns.yaml"), CONFIG_MAP.replace("{name: a}", "{name: a, namespace: other}"))
+            .unwrap();
+        let loader = Loader::new(1);
+        let limits = manifests::Limits::default();
+        loader.load(request(dir.path(), "abc"), limits, Policy::default()).await.unwrap_err();
+        // The platform may change the policy or the namespace rules: the same commit is read again.
+        std::fs::write(dir.path().join("ns.yaml"), CONFIG_MAP).unwrap();
+        assert!(loader.load(request(dir.path(), "abc"), limits, Policy::default()).await.is_ok());
+    }
+}
