@@ -443,7 +443,7 @@ enum Field {
     Images(Vec<Image>),
     Replicas(Vec<(Word, Node)>),
     Patches(Vec<Patch>),
-    ManyPatches { count: u16, patch: Patch },
+    ManyPatches { count: u16, patch: Box<Patch> },
     PatchesStrategicMerge(Vec<PatchSource>),
     PatchesJson6902(Vec<(Target, PatchSource)>),
     ConfigMapGenerator(Vec<Generator>),
