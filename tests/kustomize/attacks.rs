@@ -187,7 +187,7 @@ fn yaml_aliases_expanding_across_files_are_refused_at_the_budget() {
     let mut text = format!("a0: &a0 \"{}\"\n", "x".repeat(1000));
     for level in 1..8 {
         let previous = format!("*a{}", level - 1);
-        writeln!(text, "a{level}: &a{level} [{}]", vec![previous.as_str(); 8].join(", ")).unwrap();
+        writeln!(text, "a{level}: &a{level} [{}]", [previous.as_str(); 8].join(", ")).unwrap();
     }
     let object = |i: usize| {
         format!(
