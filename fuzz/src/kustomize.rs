@@ -565,9 +565,25 @@ impl Out {
         self
     }
 
+    /// Whether this text is past the room left for the tree (rendering more would be thrown away).
     fn full(&self) -> bool {
-        self.text.len() > MAX_TREE_BYTES
+        self.text.len() > ROOM.get()
     }
+}
+
+thread_local! {
+    /// Bytes the tree being rendered may still take: a file past it is not rendered further.
+    static ROOM: std::cell::Cell<usize> = const { std::cell::Cell::new(MAX_TREE_BYTES) };
+}
+
+/// Whether `key` was seen already (and records it): a mapping keeps the first of equal keys, as
+/// the YAML reader refuses duplicates, which would stop most trees at parsing.
+fn seen(keys: &mut Vec<String>, key: String) -> bool {
+    if keys.contains(&key) {
+        return true;
+    }
+    keys.push(key);
+    false
 }
 
 impl Word {
@@ -587,8 +603,12 @@ impl Word {
 
 fn pairs(out: &mut Out, pairs: &[(Word, Word)]) {
     out.raw("{");
-    for (n, (k, v)) in pairs.iter().enumerate() {
-        if n > 0 {
+    let mut keys = Vec::new();
+    for (k, v) in pairs {
+        if seen(&mut keys, k.text(out.index)) {
+            continue;
+        }
+        if keys.len() > 1 {
             out.raw(", ");
         }
         k.render(out);
@@ -630,8 +650,12 @@ impl Node {
             Node::Str(w) => w.render(out),
             Node::Map(entries) => {
                 out.raw("{");
-                for (n, (k, v)) in entries.iter().enumerate() {
-                    if n > 0 {
+                let mut keys = Vec::new();
+                for (k, v) in entries {
+                    if seen(&mut keys, k.text(out.index)) {
+                        continue;
+                    }
+                    if keys.len() > 1 {
                         out.raw(", ");
                     }
                     k.render(out);
@@ -725,7 +749,11 @@ impl Object {
                 node.render(out);
             }
             Body::Fields(fields) => {
+                let mut keys = vec!["apiVersion".to_owned(), "kind".to_owned(), "metadata".to_owned()];
                 for (k, v) in fields {
+                    if seen(&mut keys, k.text(out.index)) {
+                        continue;
+                    }
                     out.raw(", ");
                     k.render(out);
                     out.raw(": ");
@@ -844,6 +872,7 @@ impl Tree {
         let mut total = 0;
         let mut add = |path: String, text: String| {
             total += text.len();
+            ROOM.set(MAX_TREE_BYTES.saturating_sub(total));
             if total > MAX_TREE_BYTES {
                 return;
             }
@@ -852,6 +881,10 @@ impl Tree {
                 files.push(SourceFile { path, text });
             }
         };
+        ROOM.set(MAX_TREE_BYTES);
+        // One kustomization file a directory (the first named): several are refused before the
+        // build.
+        let mut kustomized: Vec<&str> = Vec::new();
         for dir in &self.dirs {
             let at = pick(&DIRS, dir.at);
             let join = |name: &str| if at.is_empty() { name.to_owned() } else { format!("{at}/{name}") };
@@ -862,10 +895,14 @@ impl Tree {
                 };
                 add(join(&name), file.content.render());
             }
-            if let Some(k) = &dir.kustomization {
+            if let Some(k) = &dir.kustomization
+                && !kustomized.contains(&at)
+            {
+                kustomized.push(at);
                 add(join(pick(&KUSTOMIZATION_NAMES, k.name)), k.render(at));
             }
         }
+        ROOM.set(MAX_TREE_BYTES);
         files
     }
 }
@@ -929,37 +966,62 @@ impl Ref {
 impl Kustomization {
     fn render(&self, at: &str) -> String {
         let mut out = Out::default();
+        let mut keys = Vec::new();
+        let (open, between, close) = if self.block { ("", "\n", "\n") } else { ("{", ",\n", "}\n") };
+        out.raw(open);
         if self.header {
             let (api_version, kind) = if self.component {
                 ("kustomize.config.k8s.io/v1alpha1", "Component")
             } else {
                 ("kustomize.config.k8s.io/v1beta1", "Kustomization")
             };
-            let _ = writeln!(out.text, "apiVersion: {api_version}\nkind: {kind}");
+            let _ = write!(out.text, "apiVersion: {api_version}{between}kind: {kind}");
+            keys.extend(["apiVersion".to_owned(), "kind".to_owned()]);
         }
-        if !self.block {
-            out.raw("{");
-        }
-        for (n, field) in self.fields.iter().enumerate() {
+        for field in &self.fields {
             if out.full() {
                 break;
             }
-            if !self.block && n > 0 {
-                out.raw(",\n");
+            if seen(&mut keys, field.key()) {
+                continue;
+            }
+            if keys.len() > 1 {
+                out.raw(between);
             }
             field.render(&mut out, at);
-            if self.block {
-                out.raw("\n");
-            }
         }
-        if !self.block {
-            out.raw("}\n");
-        }
+        out.raw(close);
         out.text
     }
 }
 
 impl Field {
+    /// The key the field is written under.
+    fn key(&self) -> String {
+        match self {
+            Field::Resources(_) => "resources",
+            Field::Bases(_) => "bases",
+            Field::Components(_) | Field::RepeatedComponent { .. } => "components",
+            Field::Namespace(_) => "namespace",
+            Field::NamePrefix(_) => "namePrefix",
+            Field::NameSuffix(_) => "nameSuffix",
+            Field::CommonLabels(_) => "commonLabels",
+            Field::Labels(_) => "labels",
+            Field::CommonAnnotations(_) => "commonAnnotations",
+            Field::Images(_) => "images",
+            Field::Replicas(_) => "replicas",
+            Field::Patches(_) | Field::ManyPatches { .. } => "patches",
+            Field::PatchesStrategicMerge(_) => "patchesStrategicMerge",
+            Field::PatchesJson6902(_) => "patchesJson6902",
+            Field::ConfigMapGenerator(_) => "configMapGenerator",
+            Field::SecretGenerator(_) => "secretGenerator",
+            Field::GeneratorOptions(_) => "generatorOptions",
+            Field::SortOptions { .. } => "sortOptions",
+            Field::Other(key, _) => return key.text(0),
+        }
+        .to_owned()
+    }
+
     fn render(&self, out: &mut Out, at: &str) {
         let refs = |out: &mut Out, key: &str, refs: &[Ref]| {
             out.raw(key).raw(": ");
@@ -1274,6 +1336,110 @@ mod tests {
         assert_eq!(files.len(), 2);
         assert_eq!(files[0].text, "x: [d0,d1,d2,] aabaab\n");
         assert_eq!(files[1].path, "b/kustomization.yaml");
+    }
+
+    fn listed(word: &str) -> Word {
+        Word::Listed(WORDS.iter().position(|w| *w == word).expect("a listed word") as u8)
+    }
+
+    /// The structured encoding reaches builds that are accepted: a base with a Deployment and a
+    /// generated ConfigMap it uses, an overlay with a prefix and a targeted JSON patch (JSON form,
+    /// an anchor in its value), duplicate fields and keys written once.
+    #[test]
+    fn a_structured_tree_builds() {
+        let deployment = Object {
+            kind: 2,
+            name: listed("web"),
+            namespace: None,
+            labels: vec![(listed("app"), listed("web")), (listed("app"), listed("x"))],
+            annotations: vec![],
+            body: Body::Workload {
+                replicas: Some(1),
+                selector: vec![(listed("app"), listed("web"))],
+                containers: vec![Container {
+                    name: listed("web"),
+                    image: listed("nginx"),
+                    config_map: Some(listed("config")),
+                    secret: None,
+                    args: vec![listed("a")],
+                    directive: None,
+                }],
+                volumes: vec![listed("config")],
+            },
+        };
+        let generator = Generator {
+            name: listed("config"),
+            namespace: None,
+            behavior: None,
+            literals: vec![(listed("k=v"), listed("x"))],
+            files: vec![],
+            envs: vec![],
+            kind: None,
+            options: None,
+        };
+        let op = Op {
+            op: 0,
+            path: vec![Segment::Word(listed("metadata")), Segment::Word(listed("annotations"))],
+            from: None,
+            value: Some(Node::Map(vec![(listed("a"), Node::Anchor(1, Box::new(Node::Str(listed("b")))))])),
+            repeat: 1,
+        };
+        let base = Dir {
+            at: 1,
+            kustomization: Some(Kustomization {
+                name: 0,
+                component: false,
+                header: true,
+                block: false,
+                fields: vec![
+                    Field::Resources(vec![Ref::File(0)]),
+                    Field::ConfigMapGenerator(vec![generator]),
+                    Field::Resources(vec![Ref::File(1)]),
+                ],
+            }),
+            files: vec![File { name: FileName::Listed(0), content: FileContent::Objects(vec![deployment]) }],
+        };
+        let overlay = Dir {
+            at: 3,
+            kustomization: Some(Kustomization {
+                name: 1,
+                component: false,
+                header: false,
+                block: true,
+                fields: vec![
+                    Field::Resources(vec![Ref::Dir(1)]),
+                    Field::NamePrefix(listed("a")),
+                    Field::Patches(vec![Patch {
+                        source: PatchSource::Inline(PatchBody::Json { json: true, ops: vec![op] }),
+                        target: Some(Target {
+                            group: None,
+                            version: None,
+                            kind: Some(listed("Deployment")),
+                            name: None,
+                            namespace: None,
+                            label_selector: None,
+                            annotation_selector: None,
+                        }),
+                        options: None,
+                    }]),
+                    Field::NamePrefix(listed("b")),
+                ],
+            }),
+            files: vec![],
+        };
+        let files = Tree { dirs: vec![base, overlay] }.render();
+        let texts: Vec<&str> = files.iter().map(|f| f.text.as_str()).collect();
+        let budget = Rc::new(Budget::new(limits()));
+        let _entered = budget.enter();
+        let set = manifests::load(files.clone(), NAMESPACE, &Policy::default())
+            .unwrap_or_else(|p| panic!("refused: {p:#?}\n{texts:#?}"));
+        let names: Vec<&str> = set.documents.iter().map(|d| d.name()).collect();
+        // Both outermost directories are built: the base alone, and the overlay over it.
+        assert_eq!(set.documents.len(), 4, "{names:?}");
+        assert!(names.contains(&"aweb") && names.contains(&"web"), "{names:?}");
+        assert!(names.iter().any(|n| n.starts_with("aconfig-")), "generated, prefixed and hashed: {names:?}");
+        drop(_entered);
+        check_files(files);
     }
 
     #[test]
