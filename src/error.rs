@@ -2,7 +2,8 @@
 //! boundary (a fetch, a GitLab call, an API request, a write) says which [`Class`] it is through
 //! [`Classify`], and [`Schedule::settle`] turns a class into what the reconciler reports and when
 //! it comes back. Both reconcilers, the GitLab step and both error policies go through here, so
-//! the condition and the requeue always tell the same story.
+//! the condition and the requeue always tell the same story. An error that ends in a condition
+//! also names its reason ([`Reason`]).
 
 use std::time::Duration;
 
@@ -35,6 +36,13 @@ impl Classify for kube::Error {
             _ => Class::Transient,
         }
     }
+}
+
+/// An error that ends in a condition and knows its reason, as it knows its [`Class`]: one of
+/// [`crate::api::conditions`]'s.
+pub trait Reason {
+    /// The condition reason, e.g. `AuthenticationFailed` or `GitLabNotMaintainer`.
+    fn reason(&self) -> &'static str;
 }
 
 /// When a reconciler comes back after a failure of each class.

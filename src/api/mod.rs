@@ -1,7 +1,9 @@
 //! The API types: the `cdtarget.io/v1alpha1` custom resources, the KEDA objects cdtarget renders,
-//! the cluster admin's policy document, and the labels and names shared by every module.
+//! the cluster admin's policy document, the labels and names shared by every module, and the
+//! vocabulary of conditions and reasons ([`conditions`]).
 
 pub mod cdtarget;
+pub mod conditions;
 pub mod keda;
 pub mod labels;
 pub mod names;

@@ -1,16 +1,15 @@
 //! kstatus conditions: `Ready`, `Reconciling` and `Stalled`, plus each reconciler's own
-//! (`SourceReady`, `Applied`, `GitLabSynced`), computed as plain data.
+//! (`SourceReady`, `Applied`, `GitLabSynced`), computed as plain data. Their types and reasons
+//! are [`crate::api::conditions`]'s; the reasons of the fetch and GitLab errors are given here
+//! ([`Reason`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::api::conditions::{READY, RECONCILING, STALLED};
+use crate::error::Reason;
+use crate::gitlab::GitLabError;
+use crate::source::SourceError;
 use crate::source::error::redact_userinfo;
-
-/// `Ready`: the object is reconciled and what it describes is in place.
-pub const READY: &str = "Ready";
-/// `Reconciling`: work is under way or will be retried.
-pub const RECONCILING: &str = "Reconciling";
-/// `Stalled`: nothing will change until someone fixes the spec or a referenced object.
-pub const STALLED: &str = "Stalled";
 
 /// Kubernetes accepts up to 32 KiB; a condition is read by people, so keep it short.
 const MAX_MESSAGE: usize = 4096;
@@ -146,6 +145,21 @@ pub fn is_true(conditions: &[Condition], kind: &str) -> bool {
     conditions.iter().any(|c| c.type_ == kind && c.status == "True")
 }
 
+// === the reasons of the errors that end in a condition ===
+// (beside the controller until the fetch and GitLab error modules carry them themselves)
+
+impl Reason for SourceError {
+    fn reason(&self) -> &'static str {
+        self.kind.reason()
+    }
+}
+
+impl Reason for GitLabError {
+    fn reason(&self) -> &'static str {
+        self.kind.reason()
+    }
+}
+
 fn truncate(message: &str) -> String {
     if message.len() <= MAX_MESSAGE {
         return message.to_owned();
@@ -203,6 +217,86 @@ mod tests {
         let message = "fetching https://oauth2:glpat-s3cr3t@gitlab.example.com/team/repo.git: Unreachable";
         set(&mut conditions, READY, false, "Unreachable", message, None, &at(1));
         assert_eq!(conditions[0].message, "fetching https://***@gitlab.example.com/team/repo.git: Unreachable");
+    }
+
+    #[test]
+    fn every_fetch_and_gitlab_error_reason_is_in_the_vocabulary() {
+        use crate::api::conditions::{FETCH_REASONS, GITLAB_ERROR_REASONS};
+        use crate::gitlab::ErrorKind;
+        use crate::source::FailureKind;
+        // Exhaustive: a new kind does not compile until it is listed here.
+        let fetch = |kind: FailureKind| match kind {
+            FailureKind::AuthenticationFailed
+            | FailureKind::HostKeyMismatch
+            | FailureKind::HostKeyUnknown
+            | FailureKind::CertificateInvalid
+            | FailureKind::RefNotFound
+            | FailureKind::Unreachable
+            | FailureKind::Timeout
+            | FailureKind::TooLarge
+            | FailureKind::SnapshotTooLarge
+            | FailureKind::CacheTooLarge
+            | FailureKind::UnsafeTree
+            | FailureKind::RedirectRefused
+            | FailureKind::CorruptCache
+            | FailureKind::InvalidRequest
+            | FailureKind::Other => SourceError::new(kind, "m").reason(),
+        };
+        let kinds = [
+            FailureKind::AuthenticationFailed,
+            FailureKind::HostKeyMismatch,
+            FailureKind::HostKeyUnknown,
+            FailureKind::CertificateInvalid,
+            FailureKind::RefNotFound,
+            FailureKind::Unreachable,
+            FailureKind::Timeout,
+            FailureKind::TooLarge,
+            FailureKind::SnapshotTooLarge,
+            FailureKind::CacheTooLarge,
+            FailureKind::UnsafeTree,
+            FailureKind::RedirectRefused,
+            FailureKind::CorruptCache,
+            FailureKind::InvalidRequest,
+            FailureKind::Other,
+        ];
+        let mut fetched: Vec<&str> = kinds.into_iter().map(fetch).collect();
+        fetched.sort_unstable();
+        let mut listed = FETCH_REASONS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(fetched, listed);
+        let gitlab = |kind: ErrorKind| match kind {
+            ErrorKind::Unauthorized
+            | ErrorKind::InsufficientScope
+            | ErrorKind::NotMaintainer
+            | ErrorKind::StatusForbidden
+            | ErrorKind::ProjectNotFound
+            | ErrorKind::KeyTakenElsewhere
+            | ErrorKind::NotFound
+            | ErrorKind::Rejected
+            | ErrorKind::RateLimited
+            | ErrorKind::Unavailable
+            | ErrorKind::InvalidResponse
+            | ErrorKind::InvalidConfig => GitLabError::new(kind, "m").reason(),
+        };
+        let kinds = [
+            ErrorKind::Unauthorized,
+            ErrorKind::InsufficientScope,
+            ErrorKind::NotMaintainer,
+            ErrorKind::StatusForbidden,
+            ErrorKind::ProjectNotFound,
+            ErrorKind::KeyTakenElsewhere,
+            ErrorKind::NotFound,
+            ErrorKind::Rejected,
+            ErrorKind::RateLimited,
+            ErrorKind::Unavailable,
+            ErrorKind::InvalidResponse,
+            ErrorKind::InvalidConfig,
+        ];
+        let mut reasons: Vec<&str> = kinds.into_iter().map(gitlab).collect();
+        reasons.sort_unstable();
+        let mut listed = GITLAB_ERROR_REASONS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(reasons, listed);
     }
 
     #[test]

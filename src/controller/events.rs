@@ -1,14 +1,14 @@
-//! Kubernetes Events on state changes: one Event when an object's `Ready` condition changes its
-//! status or reason, none while it stays the same (a resync never floods the namespace); and the
-//! tenant's Warning Events about a registration ([`Notice`]), recorded in the tenant namespace
-//! regarding its `SyncStatus` (src/controller/tenant_repository/feedback.rs decides them).
+//! Kubernetes Events, through one publisher ([`publish`]): one Event when an object's `Ready`
+//! condition changes its status or reason ([`Transition`]), none while it stays the same (a
+//! resync never floods the namespace); and the tenant's Warning Events about a registration
+//! ([`Notice`]), recorded in the tenant namespace regarding its `SyncStatus`
+//! (src/controller/tenant_repository/sync_status.rs decides them).
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
-use super::conditions::READY;
+use crate::api::conditions::READY;
 
 /// Events carry at most 1 kB of note.
 const MAX_NOTE: usize = 1000;
@@ -70,20 +70,28 @@ impl Notice {
     }
 }
 
-/// Records `notice` regarding `regarding` (in its namespace); a failure to record is logged,
-/// never fails the reconcile.
-pub async fn publish_notice(sink: Option<&EventSink>, regarding: &ObjectReference, notice: Notice) {
-    let Some(sink) = sink else { return };
-    let recorder = Recorder::new(sink.client.clone(), sink.reporter.clone());
-    let event = Event {
-        type_: if notice.warning { EventType::Warning } else { EventType::Normal },
-        note: Some(notice.recorded_note()),
-        reason: notice.reason,
-        action: "Sync".into(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, regarding).await {
-        tracing::warn!(%error, "could not record an Event in the tenant namespace");
+impl From<Notice> for Event {
+    fn from(notice: Notice) -> Event {
+        Event {
+            type_: if notice.warning { EventType::Warning } else { EventType::Normal },
+            note: Some(notice.recorded_note()),
+            reason: notice.reason,
+            action: "Sync".into(),
+            secondary: None,
+        }
+    }
+}
+
+impl From<Transition> for Event {
+    fn from(transition: Transition) -> Event {
+        Event {
+            type_: if transition.warning { EventType::Warning } else { EventType::Normal },
+            reason: transition.reason,
+            // Already clean when it comes from a condition; an Event is kept for an hour: be sure.
+            note: Some(crate::source::error::redact_userinfo(&transition.note)),
+            action: "Reconcile".into(),
+            secondary: None,
+        }
     }
 }
 
@@ -107,24 +115,20 @@ impl EventSink {
     }
 }
 
-/// Records `transition` on `object`; a failure to record is logged, never fails the reconcile.
-pub async fn publish<K: Resource<DynamicType = ()>>(
-    sink: Option<&EventSink>,
-    object: &K,
-    transition: Option<Transition>,
-) {
-    let (Some(sink), Some(transition)) = (sink, transition) else { return };
+/// The one publisher: records `event` (a [`Transition`] or a [`Notice`]; `None` records
+/// nothing) regarding `object`, in its namespace. A failure to record is logged, never fails the
+/// reconcile.
+pub async fn publish<K, E>(sink: Option<&EventSink>, object: &K, event: Option<E>)
+where
+    K: Resource<DynamicType = ()>,
+    E: Into<Event>,
+{
+    let (Some(sink), Some(event)) = (sink, event) else { return };
     let recorder = Recorder::new(sink.client.clone(), sink.reporter.clone());
-    let event = Event {
-        type_: if transition.warning { EventType::Warning } else { EventType::Normal },
-        reason: transition.reason,
-        // Already clean when it comes from a condition; an Event is kept for an hour: be sure.
-        note: Some(crate::source::error::redact_userinfo(&transition.note)),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, &object.object_ref(&())).await {
-        tracing::warn!(%error, "could not record an Event");
+    let regarding = object.object_ref(&());
+    if let Err(error) = recorder.publish(&event.into(), &regarding).await {
+        let kind = regarding.kind.unwrap_or_default();
+        tracing::warn!(%error, %kind, namespace = ?regarding.namespace, "could not record an Event");
     }
 }
 

@@ -29,3 +29,11 @@ pub const WAIT_RETRY: Duration = Duration::from_secs(30);
 pub const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
 /// Back-off after a transient error.
 pub const TRANSIENT_RETRY: Duration = Duration::from_secs(15);
+
+/// The sooner of two requeues, `None` meaning "wait for a change" (so any requeue is sooner).
+pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

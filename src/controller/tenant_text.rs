@@ -19,16 +19,14 @@ use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::cdtarget;
-use super::cdtarget::agents::{REASON_AGENTS_NOT_AVAILABLE, REASON_ROLLOUT_FAILED, REASON_SCALED_OBJECT_NOT_READY};
-use super::conditions::{READY, RECONCILING, STALLED};
-use super::tenant_repository::commit_status::{self, REASON_POSTED};
-use super::tenant_repository::wait::{REASON_HEALTH_CHECK_FAILED, REASON_HEALTH_CHECK_PENDING};
-use super::tenant_repository::{
-    APPLIED, REASON_APPLY_FAILED, REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_PRUNE_FAILED,
-    REASON_SECRET_NOT_FOUND, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY,
+use crate::api::conditions::{
+    self as vocabulary, APPLIED, COMMIT_STATUS_POSTED, READY, REASON_AGENTS_NOT_AVAILABLE, REASON_API_ERROR,
+    REASON_APPLIED, REASON_APPLY_FAILED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_HEALTH_CHECK_FAILED,
+    REASON_HEALTH_CHECK_PENDING, REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_KEDA_NOT_INSTALLED,
+    REASON_NAME_CONFLICT, REASON_POSTED, REASON_PRUNE_FAILED, REASON_ROLLOUT_FAILED, REASON_SCALED_OBJECT_NOT_READY,
+    REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_SYNCED,
+    REASON_VALIDATION_FAILED, RECONCILING, SOURCE_READY, STALLED,
 };
-use crate::gitlab::{self, REASON_SYNCED};
 use crate::problem::Problem;
 use crate::source::FailureKind;
 
@@ -94,26 +92,22 @@ const SUMMARY_THEIRS: &[&str] = &[
 /// The reasons of a CDTarget that are about the tenant's own CDTarget, Secrets, ConfigMaps,
 /// namespace and agents.
 const CDTARGET_THEIRS: &[&str] = &[
-    cdtarget::REASON_APPLIED,
-    cdtarget::REASON_KEDA_NOT_INSTALLED,
+    REASON_APPLIED,
+    REASON_KEDA_NOT_INSTALLED,
     REASON_AGENTS_NOT_AVAILABLE,
     REASON_SCALED_OBJECT_NOT_READY,
     REASON_ROLLOUT_FAILED,
-    cdtarget::REASON_INVALID_SPEC,
-    cdtarget::REASON_SECRET_NOT_FOUND,
-    cdtarget::REASON_NAME_CONFLICT,
-    cdtarget::REASON_SECRET_NOT_ALLOWED,
-    cdtarget::REASON_CONFIG_MAP_NOT_ALLOWED,
+    REASON_INVALID_SPEC,
+    REASON_SECRET_NOT_FOUND,
+    REASON_NAME_CONFLICT,
+    REASON_SECRET_NOT_ALLOWED,
+    REASON_CONFIG_MAP_NOT_ALLOWED,
 ];
 
 /// The allow-list of a CDTarget: by condition type, the reasons whose message the tenant reads
 /// as it is.
-const CDTARGET: &[(&str, &[&str])] = &[
-    (READY, CDTARGET_THEIRS),
-    (RECONCILING, CDTARGET_THEIRS),
-    (STALLED, CDTARGET_THEIRS),
-    (cdtarget::APPLIED, CDTARGET_THEIRS),
-];
+const CDTARGET: &[(&str, &[&str])] =
+    &[(READY, CDTARGET_THEIRS), (RECONCILING, CDTARGET_THEIRS), (STALLED, CDTARGET_THEIRS), (APPLIED, CDTARGET_THEIRS)];
 
 /// The allow-list of a registration: by condition type, the reasons whose message the tenant
 /// reads as it is.
@@ -192,8 +186,8 @@ fn refuses_the_controller(message: &str) -> bool {
 /// The fixed sentence of a CDTarget's condition not shown as it is.
 fn cdtarget_sentence(condition_type: &str, reason: &str) -> &'static str {
     match (condition_type, reason) {
-        (READY | RECONCILING | STALLED | cdtarget::APPLIED, cdtarget::REASON_INVALID_POLICY) => PLATFORM_CONFIGURATION,
-        (READY | RECONCILING | STALLED | cdtarget::APPLIED, cdtarget::REASON_API_ERROR) => CHILDREN_NOT_WRITTEN,
+        (READY | RECONCILING | STALLED | APPLIED, REASON_INVALID_POLICY) => PLATFORM_CONFIGURATION,
+        (READY | RECONCILING | STALLED | APPLIED, REASON_API_ERROR) => CHILDREN_NOT_WRITTEN,
         _ => NOT_LISTED,
     }
 }
@@ -202,10 +196,10 @@ fn cdtarget_sentence(condition_type: &str, reason: &str) -> &'static str {
 fn registration_sentence(condition_type: &str, reason: &str) -> &'static str {
     let fetch = |kinds: &[FailureKind]| kinds.iter().any(|kind| kind.reason() == reason);
     match condition_type {
-        gitlab::CONDITION_TYPE if reason == REASON_SYNCED => GITLAB_SYNCED,
-        gitlab::CONDITION_TYPE => GITLAB_NOT_SYNCED,
-        commit_status::CONDITION_TYPE if reason == REASON_POSTED => STATUS_POSTED,
-        commit_status::CONDITION_TYPE => STATUS_NOT_POSTED,
+        vocabulary::GITLAB_SYNCED if reason == REASON_SYNCED => GITLAB_SYNCED,
+        vocabulary::GITLAB_SYNCED => GITLAB_NOT_SYNCED,
+        COMMIT_STATUS_POSTED if reason == REASON_POSTED => STATUS_POSTED,
+        COMMIT_STATUS_POSTED => STATUS_NOT_POSTED,
         READY | RECONCILING | STALLED | APPLIED | SOURCE_READY => match reason {
             REASON_INVALID_POLICY | REASON_INVALID_SPEC | REASON_SECRET_NOT_FOUND => PLATFORM_CONFIGURATION,
             REASON_APPLY_FAILED | REASON_PRUNE_FAILED => NO_ACCESS,
@@ -347,13 +341,13 @@ mod tests {
 
     #[test]
     fn gitlab_conditions_read_a_sentence_per_state_without_ids() {
-        assert_eq!(told(gitlab::CONDITION_TYPE, REASON_SYNCED), TenantText::Fixed(GITLAB_SYNCED));
+        assert_eq!(told(vocabulary::GITLAB_SYNCED, REASON_SYNCED), TenantText::Fixed(GITLAB_SYNCED));
         for reason in ["GitLabUnauthorized", "GitLabProjectNotFound", "DeployKeyInUse", "ClusterError", "Other"] {
-            assert_eq!(told(gitlab::CONDITION_TYPE, reason), TenantText::Fixed(GITLAB_NOT_SYNCED), "{reason}");
+            assert_eq!(told(vocabulary::GITLAB_SYNCED, reason), TenantText::Fixed(GITLAB_NOT_SYNCED), "{reason}");
         }
-        assert_eq!(told(commit_status::CONDITION_TYPE, REASON_POSTED), TenantText::Fixed(STATUS_POSTED));
+        assert_eq!(told(COMMIT_STATUS_POSTED, REASON_POSTED), TenantText::Fixed(STATUS_POSTED));
         for reason in ["GitLabStatusForbidden", "GitLabUnavailable", "Other"] {
-            assert_eq!(told(commit_status::CONDITION_TYPE, reason), TenantText::Fixed(STATUS_NOT_POSTED), "{reason}");
+            assert_eq!(told(COMMIT_STATUS_POSTED, reason), TenantText::Fixed(STATUS_NOT_POSTED), "{reason}");
         }
     }
 
@@ -361,16 +355,16 @@ mod tests {
     fn a_cdtargets_own_spec_secrets_and_agents_are_told_in_full_and_the_platforms_trouble_is_not() {
         let theirs = "spec.ip[0]: `10.1.2.3` is in the forbidden range 10.0.0.0/8; use the service's host name";
         for reason in CDTARGET_THEIRS {
-            for kind in [READY, STALLED, RECONCILING, cdtarget::APPLIED] {
+            for kind in [READY, STALLED, RECONCILING, APPLIED] {
                 assert_eq!(for_tenant(Object::CDTarget, kind, reason, theirs), TenantText::Theirs(theirs), "{reason}");
             }
         }
         let of_cdtarget = |reason: &str| for_tenant(Object::CDTarget, READY, reason, PLATFORM_DETAIL);
-        assert_eq!(of_cdtarget(cdtarget::REASON_INVALID_POLICY), TenantText::Fixed(PLATFORM_CONFIGURATION));
-        assert_eq!(of_cdtarget(cdtarget::REASON_API_ERROR), TenantText::Fixed(CHILDREN_NOT_WRITTEN));
+        assert_eq!(of_cdtarget(REASON_INVALID_POLICY), TenantText::Fixed(PLATFORM_CONFIGURATION));
+        assert_eq!(of_cdtarget(REASON_API_ERROR), TenantText::Fixed(CHILDREN_NOT_WRITTEN));
         assert_eq!(of_cdtarget("SomeNewReason"), TenantText::Fixed(NOT_LISTED));
         // The same reason means the platform's registration on a TenantRepository.
-        assert_eq!(told(READY, cdtarget::REASON_INVALID_SPEC), TenantText::Fixed(PLATFORM_CONFIGURATION));
+        assert_eq!(told(READY, REASON_INVALID_SPEC), TenantText::Fixed(PLATFORM_CONFIGURATION));
     }
 
     #[test]
@@ -379,7 +373,7 @@ mod tests {
         assert_eq!(told(SOURCE_READY, REASON_VALIDATION_FAILED), TenantText::Fixed(NOT_LISTED));
         assert_eq!(told("SomeNewCondition", REASON_SUCCEEDED), TenantText::Fixed(NOT_LISTED));
         assert_eq!(
-            for_tenant(Object::CDTarget, "SomeNewCondition", cdtarget::REASON_APPLIED, PLATFORM_DETAIL),
+            for_tenant(Object::CDTarget, "SomeNewCondition", REASON_APPLIED, PLATFORM_DETAIL),
             TenantText::Fixed(NOT_LISTED)
         );
     }

@@ -9,8 +9,8 @@
 //!
 //! The controller (and `cdtarget gitlab-sync`) builds a [`SyncInput`] with
 //! [`SyncInput::for_registration`], then calls [`sync`] (or [`remove`] under the finalizer),
-//! writes [`SyncOutcome::status`] and sets the [`CONDITION_TYPE`] condition with
-//! [`REASON_SYNCED`] or [`condition_reason`]. See `docs/gitlab.md`.
+//! writes [`SyncOutcome::status`] and sets the [`crate::api::conditions::GITLAB_SYNCED`] condition with
+//! [`crate::api::conditions::REASON_SYNCED`] or [`condition_reason`]. See `docs/gitlab.md`.
 
 pub mod client;
 pub mod error;
@@ -31,12 +31,6 @@ pub use settings::Settings;
 use crate::api::TenantRepository;
 use crate::api::tenant_repository::{GitLabStatus, webhook_path};
 
-/// The condition the syncer reports on a registration.
-pub const CONDITION_TYPE: &str = "GitLabSynced";
-/// `GitLabSynced=True`: key and hook are as wanted.
-pub const REASON_SYNCED: &str = "Synced";
-/// `GitLabSynced=False` while a deleted registration's key and hook cannot be removed yet.
-pub const REASON_CLEANUP_PENDING: &str = "CleanupPending";
 /// Finalizer that holds a registration until its key and hook are removed from GitLab.
 pub const FINALIZER: &str = "cdtarget.io/gitlab-cleanup";
 /// Annotation on a registration: a new value (e.g. a timestamp) rotates the deploy key.

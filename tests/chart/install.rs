@@ -320,7 +320,7 @@ fn gitlab_synced(registration: Option<&TenantRepository>) -> bool {
     registration.is_some_and(|r| {
         r.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
             && r.status.as_ref().is_some_and(|s| {
-                s.conditions.iter().any(|c| c.type_ == cdtarget::gitlab::CONDITION_TYPE && c.status == "True")
+                s.conditions.iter().any(|c| c.type_ == cdtarget::api::conditions::GITLAB_SYNCED && c.status == "True")
             })
     })
 }

@@ -5,7 +5,8 @@
 //! evaluates, on commits of a real repository the fake GitLab reads with `git`.
 
 use cdtarget::api::TenantRepository;
-use cdtarget::gitlab::{CONDITION_TYPE, FINALIZER, REASON_CLEANUP_PENDING};
+use cdtarget::api::conditions::{GITLAB_SYNCED as CONDITION_TYPE, REASON_CLEANUP_PENDING};
+use cdtarget::gitlab::FINALIZER;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::runtime::wait::await_condition;

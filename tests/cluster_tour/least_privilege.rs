@@ -323,7 +323,7 @@ async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourContr
     // The token Secret deleted, then created again: Ready goes to SecretNotFound and back (two
     // more Events, each created: a repeated Event is a new one, never a patch).
     cluster.kubectl(&["delete", "secret", "azp-token", "-n", &tenant.ns]).success();
-    let missing = ready_with(cdtarget::controller::cdtarget::REASON_SECRET_NOT_FOUND.to_owned());
+    let missing = ready_with(cdtarget::api::conditions::REASON_SECRET_NOT_FOUND.to_owned());
     tenant.until::<CDTarget, _>("Ready=False/SecretNotFound", "deploy-agents", missing, log).await;
     let token = ["create", "secret", "generic", "azp-token", "-n", &tenant.ns, "--from-literal=AZP_TOKEN=again"];
     cluster.kubectl(&token).success();

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cdtarget::api::TenantRepository;
-use cdtarget::gitlab::{CONDITION_TYPE, FINALIZER};
+use cdtarget::api::conditions::GITLAB_SYNCED as CONDITION_TYPE;
+use cdtarget::gitlab::FINALIZER;
 use kube::Api;
 use kube::runtime::wait::await_condition;
 

@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
+use cdtarget::api::conditions::APPLIED;
+use cdtarget::api::conditions::{COMMIT_STATUS_POSTED as CONDITION_TYPE, REASON_POSTED};
 use cdtarget::api::tenant_repository::GitLabSpec;
-use cdtarget::controller::tenant_repository::commit_status::{CONDITION_TYPE, REASON_POSTED};
-use cdtarget::controller::tenant_repository::{APPLIED, TRANSIENT_RETRY, reconcile};
+use cdtarget::controller::tenant_repository::{TRANSIENT_RETRY, reconcile};
 use cdtarget::gitlab::{ClientConfig, GitLabClient, RetryPolicy, Secret, Settings, StatusSettings};
 use kube::runtime::controller::Action;
 

@@ -14,13 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::conditions::REASON_SECRET_NOT_ALLOWED;
+use cdtarget::api::conditions::{APPLIED, REASON_VALIDATION_FAILED};
+use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{TenantRepository, webhook_path};
-use cdtarget::controller::cdtarget::{REASON_SECRET_NOT_ALLOWED, REGISTRATIONS_TTL};
-use cdtarget::controller::conditions::{READY, STALLED, is_true};
+use cdtarget::controller::cdtarget::REGISTRATIONS_TTL;
+use cdtarget::controller::conditions::is_true;
 use cdtarget::controller::process::{self, Builder, Reconciled, Registrations, Settings, Sources};
-use cdtarget::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, tenant_repository};
 use cdtarget::fixtures;
 use cdtarget::source::{Fetcher, Limits};
@@ -704,7 +706,8 @@ async fn e2e_gitlab_registers_key_and_hook_its_push_applies_and_deletion_removes
     // Registered on GitLab: the Secret's key, read-only, and the hook at the receiver.
     let status = cluster.registration().await.status.expect("status written");
     assert_eq!(status.last_applied_revision.as_deref(), Some(first.as_str()), "{status:#?}");
-    let synced = status.conditions.iter().find(|c| c.type_ == gitlab::CONDITION_TYPE).expect("GitLabSynced");
+    let synced =
+        status.conditions.iter().find(|c| c.type_ == cdtarget::api::conditions::GITLAB_SYNCED).expect("GitLabSynced");
     assert_eq!(synced.status, "True", "{synced:?}");
     let keys = fake_gitlab.deploy_keys(project);
     let client_key = sshd.client_key(KeyKind::Ed25519);

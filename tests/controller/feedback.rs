@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use cdtarget::api::SyncStatus;
-use cdtarget::controller::tenant_repository::feedback::{Feedback, REASON_WRITE_FAILED, SYNC_STATUS_WRITTEN};
-use cdtarget::controller::tenant_repository::{APPLIED, TRANSIENT_RETRY, reconcile};
+use cdtarget::api::conditions::APPLIED;
+use cdtarget::api::conditions::{REASON_WRITE_FAILED, SYNC_STATUS_WRITTEN};
+use cdtarget::controller::tenant_repository::SyncStatuses;
+use cdtarget::controller::tenant_repository::{TRANSIENT_RETRY, reconcile};
 use kube::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, store};
@@ -14,15 +16,15 @@ use kube::runtime::watcher;
 use crate::tenant_repository::{Fixture, REPO, TENANT, config_map_yaml};
 
 /// A store of SyncStatuses that has listed (empty), and the writer that keeps it so.
-pub(crate) fn listed_store() -> (Feedback, store::Writer<SyncStatus>) {
+pub(crate) fn listed_store() -> (SyncStatuses, store::Writer<SyncStatus>) {
     let (store, mut writer) = reflector::store();
     writer.apply_watcher_event(&watcher::Event::Init);
     writer.apply_watcher_event(&watcher::Event::InitDone);
-    (Feedback::new(store), writer)
+    (SyncStatuses::new(store), writer)
 }
 
-async fn reconcile_with_feedback(fixture: &Fixture, feedback: Feedback) -> Action {
-    let context = Arc::new((*fixture.context()).clone().with_feedback(feedback));
+async fn reconcile_with_sync_statuses(fixture: &Fixture, feedback: SyncStatuses) -> Action {
+    let context = Arc::new((*fixture.context()).clone().with_sync_statuses(feedback));
     reconcile(Arc::new(fixture.registration().await), context).await.expect("the reconcile succeeds")
 }
 
@@ -33,7 +35,7 @@ async fn a_refused_sync_status_write_leaves_the_apply_in_place_and_is_reported_o
     fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "1"))], "first");
     fixture.register(|repo| repo).await;
     let (feedback, _keep) = listed_store();
-    let action = reconcile_with_feedback(&fixture, feedback).await;
+    let action = reconcile_with_sync_statuses(&fixture, feedback).await;
 
     assert!(fixture.config_map("settings").await.is_some(), "the apply happened");
     let status = fixture.status().await;
@@ -54,7 +56,7 @@ async fn the_sync_status_is_written_in_the_target_namespace_and_the_registration
     let revision = fixture.repo.commit_and_push(&[("deploy/settings.yaml", config_map_yaml("settings", "1"))], "first");
     fixture.register(|repo| repo).await;
     let (feedback, _keep) = listed_store();
-    reconcile_with_feedback(&fixture, feedback).await;
+    reconcile_with_sync_statuses(&fixture, feedback).await;
 
     let statuses: Api<SyncStatus> = Api::namespaced(fixture.client.clone(), TENANT);
     let written = statuses.get(REPO).await.expect("the SyncStatus in the target namespace");

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use cdtarget::api::conditions::APPLIED;
+use cdtarget::api::conditions::REASON_GITLAB_NOT_CONFIGURED as REASON_NOT_CONFIGURED;
 use cdtarget::api::tenant_repository::GitLabSpec;
-use cdtarget::controller::tenant_repository::gitlab::REASON_NOT_CONFIGURED;
-use cdtarget::controller::tenant_repository::{APPLIED, reconcile};
+use cdtarget::controller::tenant_repository::reconcile;
 use cdtarget::gitlab::Settings as GitLabSettings;
 use cdtarget::gitlab::{self, ClientConfig, GitLabClient, RetryPolicy, keys};
 use k8s_openapi::api::core::v1::Secret;
@@ -86,7 +87,7 @@ impl GitLabFixture {
 
     async fn gitlab_condition(&self) -> (String, String, String) {
         let status = self.cluster.status().await;
-        let c = condition(&status, gitlab::CONDITION_TYPE);
+        let c = condition(&status, cdtarget::api::conditions::GITLAB_SYNCED);
         (c.status.clone(), c.reason.clone(), c.message.clone())
     }
 
@@ -134,7 +135,7 @@ async fn a_registration_gets_a_generated_key_pair_a_read_only_key_and_a_hook() {
     assert_eq!(hooks[0].token.as_deref(), Some(HOOK_TOKEN));
 
     let (ok, reason, message) = fixture.gitlab_condition().await;
-    assert_eq!((ok.as_str(), reason.as_str()), ("True", gitlab::REASON_SYNCED), "{message}");
+    assert_eq!((ok.as_str(), reason.as_str()), ("True", cdtarget::api::conditions::REASON_SYNCED), "{message}");
     assert!(!message.contains(BOT_TOKEN) && !message.contains(HOOK_TOKEN), "{message}");
     let status = fixture.cluster.status().await;
     let recorded = status.gitlab.clone().expect("status.gitlab");
@@ -216,7 +217,11 @@ async fn gitlab_down_at_deletion_keeps_the_finalizer_with_cleanup_pending() {
     assert_ne!(action, Action::await_change(), "retried");
     assert!(!fixture.released().await, "the finalizer stays");
     let (ok, reason, message) = fixture.gitlab_condition().await;
-    assert_eq!((ok.as_str(), reason.as_str()), ("False", gitlab::REASON_CLEANUP_PENDING), "{message}");
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("False", cdtarget::api::conditions::REASON_CLEANUP_PENDING),
+        "{message}"
+    );
     assert!(message.contains("GitLabUnavailable") && !message.contains(BOT_TOKEN), "{message}");
     assert_eq!(fixture.gitlab.deploy_keys(fixture.project).len(), 1);
 }

@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::conditions;
 use cdtarget::api::tenant_repository::{GitLabSpec, TenantRepository, webhook_path};
+use cdtarget::controller::cdtarget as cdtarget_reconciler;
 use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
 use cdtarget::controller::events::EventSink;
 use cdtarget::controller::tenant_repository;
-use cdtarget::controller::{cdtarget as cdtarget_reconciler, conditions};
 use cdtarget::fixtures::{self, SecretFixture, env_from_secret};
 use cdtarget::gitlab::Settings as GitLabSettings;
 use cdtarget::gitlab::{self, ClientConfig, GitLabClient, RetryPolicy, keys};
@@ -152,7 +153,13 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
         .collect();
     assert_eq!(reasons, ["Succeeded", "AuthenticationFailed"]);
     let on_gitlab = registrations.get("on-gitlab").await.unwrap().status.unwrap();
-    let gitlab_reason = on_gitlab.conditions.iter().find(|c| c.type_ == gitlab::CONDITION_TYPE).unwrap().reason.clone();
+    let gitlab_reason = on_gitlab
+        .conditions
+        .iter()
+        .find(|c| c.type_ == cdtarget::api::conditions::GITLAB_SYNCED)
+        .unwrap()
+        .reason
+        .clone();
     assert_eq!(gitlab_reason, "GitLabUnauthorized");
     // The children's outcome: `Applied` (Ready also waits for agents, which never run here).
     let applied = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {

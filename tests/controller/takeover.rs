@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::conditions::REASON_NAME_CONFLICT;
+use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
-use cdtarget::controller::cdtarget::REASON_NAME_CONFLICT;
-use cdtarget::controller::conditions::{READY, STALLED, is_true};
+use cdtarget::controller::conditions::is_true;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};

@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::conditions::{APPLIED, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY};
+use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
-use cdtarget::controller::conditions::{READY, STALLED, is_true};
-use cdtarget::controller::tenant_repository::{
-    APPLIED, Context, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY, reconcile,
-};
+use cdtarget::controller::conditions::is_true;
+use cdtarget::controller::tenant_repository::{Context, reconcile};
 use cdtarget::fixtures;
 use cdtarget::source::{self, Fetcher, Limits};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};

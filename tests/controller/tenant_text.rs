@@ -97,7 +97,7 @@ async fn nothing_a_tenant_can_read_holds_the_platforms_policy_values_paths_hosts
     let known_host_key = host_key.split_whitespace().nth(1).expect("the key material").to_owned();
 
     let (feedback, mut watched) = listed_store();
-    let mut context = (*fixture.context()).clone().with_feedback(feedback);
+    let mut context = (*fixture.context()).clone().with_sync_statuses(feedback);
     context.gitlab = Some(gitlab_settings(&gitlab, &known_hosts));
     let reporter = Reporter { controller: "cdtarget".into(), instance: Some("test".into()) };
     context.recorder = Some(EventSink::new(client.clone(), reporter));

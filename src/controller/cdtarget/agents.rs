@@ -10,16 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
+use crate::api::conditions::{REASON_AGENTS_NOT_AVAILABLE, REASON_SCALED_OBJECT_NOT_READY};
 use crate::controller::WAIT_RETRY;
-
-/// Condition reason: fewer agents are available than `minReplicaCount`, or the Deployment has
-/// not observed its current template yet.
-pub const REASON_AGENTS_NOT_AVAILABLE: &str = "AgentsNotAvailable";
-/// Condition reason: KEDA has not reported the ScaledObject `Ready`.
-pub const REASON_SCALED_OBJECT_NOT_READY: &str = "ScaledObjectNotReady";
-/// Condition reason: the Deployment's rollout exceeded its progress deadline
-/// (`Progressing=False`, `ProgressDeadlineExceeded`); a person has to look at the agents.
-pub const REASON_ROLLOUT_FAILED: &str = "RolloutFailed";
 
 /// The agents' children as read by this reconcile.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,7 +36,7 @@ pub struct Observed {
 pub fn waiting_requeue(conditions: &[Condition], now: Timestamp, longest: Duration) -> Duration {
     let waiting_since = conditions
         .iter()
-        .find(|c| c.type_ == crate::controller::conditions::READY && c.status != "True")
+        .find(|c| c.type_ == crate::api::conditions::READY && c.status != "True")
         .map(|c| c.last_transition_time.0);
     let waited = waiting_since.and_then(|since| Duration::try_from(now.duration_since(since)).ok()).unwrap_or_default();
     // Never rarer than the resync, which may be shorter than the first back-off step.

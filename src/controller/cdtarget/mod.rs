@@ -30,42 +30,22 @@ use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
 use crate::api::CDTarget;
+// The condition vocabulary is the API's; the steps below name it as `super::REASON_…`.
+use crate::api::conditions::{
+    APPLIED, REASON_API_ERROR, REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY,
+    REASON_INVALID_SPEC, REASON_KEDA_NOT_INSTALLED, REASON_NAME_CONFLICT, REASON_ROLLOUT_FAILED,
+    REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
+};
 use crate::apply::{WriteError, Writer};
 use crate::controller::conditions::Health;
 use crate::controller::inputs::PolicySource;
 use crate::error::{Class, Classify, Schedule};
 
 pub use crate::controller::inputs::Keda;
-pub use agents::{REASON_AGENTS_NOT_AVAILABLE, REASON_ROLLOUT_FAILED, REASON_SCALED_OBJECT_NOT_READY};
 pub use execute::Written;
 pub use observe::{REGISTRATIONS_TTL, REVIEW_TTL, Tenants};
 pub use plan::{Plan, SecretsRead, plan};
 pub use status::next_status;
-
-/// Condition: the children are applied (what `Ready` said before agents counted); its reasons
-/// are those of `Ready` but for the agents' own ([`agents`]).
-pub const APPLIED: &str = "Applied";
-
-/// Condition reason: every child was applied (and, on `Ready`, the agents are available).
-pub const REASON_APPLIED: &str = "Applied";
-/// Condition reason: children applied, but as a plain Deployment because KEDA is not installed.
-pub const REASON_KEDA_NOT_INSTALLED: &str = "KedaNotInstalled";
-/// Condition reason: the CDTarget breaks a rule; every problem is in the message.
-pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
-/// Condition reason: the cluster admin's policy ConfigMap cannot be read as a policy.
-pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
-/// Condition reason: a referenced Secret (or the token key in it) does not exist yet.
-pub const REASON_SECRET_NOT_FOUND: &str = "SecretNotFound";
-/// Condition reason: the API server refused a request; retried with back-off.
-pub const REASON_API_ERROR: &str = "ApiError";
-/// Condition reason: an object with a child's kind and name exists and is not controlled by this
-/// CDTarget; nothing is written.
-pub const REASON_NAME_CONFLICT: &str = "NameConflict";
-/// Condition reason: a referenced Secret is a ServiceAccount token, or the namespace's tenant
-/// identity may not read it (or a referenced ConfigMap, when no Secret is refused).
-pub const REASON_SECRET_NOT_ALLOWED: &str = "SecretNotAllowed";
-/// Condition reason: a referenced ConfigMap cannot be read by the namespace's tenant identity.
-pub const REASON_CONFIG_MAP_NOT_ALLOWED: &str = "ConfigMapNotAllowed";
 
 /// Resync of a CDTarget whose children are in place (drift repair), unless
 /// `--cdtarget-resync-interval` says otherwise ([`Context::with_resync`]).

@@ -215,7 +215,7 @@ impl Builder {
                 repo_ctx.writer.clone(),
                 settings.namespace.clone(),
             )));
-            repo_ctx = repo_ctx.with_feedback(tenant_repository::feedback::Feedback::new(statuses));
+            repo_ctx = repo_ctx.with_sync_statuses(tenant_repository::SyncStatuses::new(statuses));
         }
         let apply_metrics = state.clone();
         let readiness_metrics = state.clone();

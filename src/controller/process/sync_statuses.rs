@@ -4,7 +4,7 @@
 //! the platform namespace), so the controller deletes a SyncStatus itself when its registration
 //! is deleted, when the registration now targets another namespace, and, after every (re-)list
 //! of either watch, whenever one names a registration of this platform namespace that is not
-//! there ([`feedback::stale`]): a registration deleted while the controller was down, or while
+//! there ([`sync_status::stale`]): a registration deleted while the controller was down, or while
 //! the watch was cut, leaves nothing behind either. Each deletion is guarded by the uid judged.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use super::watches::Events;
 use crate::api::{SyncStatus, TenantRepository};
 use crate::apply::{Write, Writer};
-use crate::controller::tenant_repository::feedback;
+use crate::controller::tenant_repository::sync_status;
 
 /// Reflects `events` into `reflected` and deletes stale SyncStatuses, following `registrations`
 /// (whose store is `registry`). Runs until both streams end.
@@ -116,7 +116,7 @@ impl Janitor {
     async fn delete_if_stale(&self, status: &SyncStatus) {
         let registration = ObjectRef::new(&status.spec.registration.name).within(&self.platform_namespace);
         let registration = self.registry.get(&registration);
-        if !feedback::stale(status, &self.platform_namespace, registration.as_deref()) {
+        if !sync_status::stale(status, &self.platform_namespace, registration.as_deref()) {
             return;
         }
         let namespace = status.namespace().unwrap_or_default();

@@ -4,11 +4,13 @@
 //! 1. [`dry_run`]: what is to be sent (after a new revision or a changed set, the objects it
 //!    changed, or the whole set when this process has not applied it before; only what drifted
 //!    when the revision and set are unchanged) is server-side dry-run as the tenant.
-//!    Any refusal turns the plan into [`Plan::dry_run_refused`]: nothing is written at all.
+//!    Any refusal is [`Failed::DryRun`]: nothing is written at all.
 //! 2. [`apply_and_prune`]: the objects in order, then the deletion of what left Git. A refusal
-//!    here (the dry run passed, but a quota, a conflict or a permission changed in between) turns
-//!    the plan into its failed form ([`Plan::apply_failed`], [`Plan::prune_failed`]), which keeps
-//!    every record a later reconcile needs.
+//!    here (the dry run passed, but a quota, a conflict or a permission changed in between) is
+//!    [`Failed::Apply`] or [`Failed::Prune`], which [`super::outcome`] turns into records that
+//!    keep everything a later reconcile needs.
+//!
+//! Both report into [`Executed`]; the plan is not changed.
 
 use std::collections::BTreeSet;
 
@@ -19,7 +21,47 @@ use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
 use crate::apply::refusal::{Refusal, class_of};
 use crate::apply::server_side::service_account_user;
 use crate::apply::{Done, Write, WriteError, Writer, entry_of};
-use crate::error::Classify;
+use crate::error::{Class, Classify};
+
+/// A refusal that turns the plan's verdict (see [`super::outcome`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failed {
+    /// The server-side dry run refused `refusals` (as `user`): nothing was written.
+    DryRun {
+        /// Every refused object.
+        refusals: Vec<Refusal>,
+        /// The tenant's identity.
+        user: String,
+        /// The class of the refusals together.
+        class: Class,
+    },
+    /// The apply itself was refused (after the dry run passed).
+    Apply {
+        /// The error, naming the object and the user.
+        message: String,
+        /// Its class.
+        class: Class,
+        /// The refused object, located; `None` when no object was refused (no tenant client).
+        refusal: Option<Refusal>,
+    },
+    /// The set was applied but deleting an object that left Git was refused.
+    Prune {
+        /// The error, naming the object and the user.
+        message: String,
+        /// Its class.
+        class: Class,
+    },
+}
+
+/// What [`dry_run`] decided to send, and what it did, for [`apply_and_prune`].
+#[derive(Debug, Default)]
+pub struct DryRun {
+    /// The objects to send, in order (the whole set, or only what changed or drifted); `None`
+    /// sends nothing.
+    pub send: Option<Vec<Value>>,
+    /// What was done so far.
+    pub executed: Executed,
+}
 
 /// What [`dry_run`] and [`apply_and_prune`] did.
 #[derive(Debug, Default)]
@@ -40,18 +82,20 @@ pub struct Executed {
     pub refused: Vec<InventoryEntry>,
     /// The refusal that stopped it, if one did (the first one, when the dry run refused several).
     pub failure: Option<WriteError>,
+    /// How that refusal turns the plan's verdict; `None` when nothing was refused, or when the
+    /// dry run could not be sent at all (the error alone then fails the reconcile).
+    pub failed: Option<Failed>,
 }
 
 /// Chooses what to send and dry-runs it as the tenant of `repo`, before anything is written
 /// (the intent record included). On an unchanged revision and set only the objects that
 /// drifted are sent, so only they are dry-run (a cycle with no drift sends nothing at all).
-/// Returns the plan (its [`Plan::dry_run_refused`] form when the API server refused anything)
-/// and what was done so far, for [`apply_and_prune`].
 #[tracing::instrument(name = "dry_run", skip_all)]
-pub async fn dry_run(writer: &Writer, repo: &TenantRepository, mut plan: Plan) -> (Plan, Executed) {
+pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> DryRun {
     let mut executed = Executed::default();
-    if plan.apply.is_none() {
-        return (plan, executed);
+    let mut send = plan.apply.clone();
+    if send.is_none() {
+        return DryRun { send, executed };
     }
     let user = service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
     // What was sent before exactly as it is now (the whole set of an unchanged revision, or what a
@@ -59,25 +103,24 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, mut plan: Plan) -
     // trip, and only what changed or drifted is sent.
     let mut checked_already = None;
     if (plan.only_drifted || !plan.unchanged.is_empty())
-        && let Some(objects) = plan.apply.take()
+        && let Some(objects) = send.take()
     {
-        let (all, unchanged) = (plan.only_drifted, std::mem::take(&mut plan.unchanged));
+        let (all, unchanged) = (plan.only_drifted, &plan.unchanged);
         let is_unchanged = |object: &Value| all || entry_of(object).is_some_and(|entry| unchanged.contains(&entry));
         let (same, changed): (Vec<Value>, Vec<Value>) = objects.iter().cloned().partition(is_unchanged);
         let (drifted, dry_run) = futures::join!(writer.drifted(&user, same), writer.dry_run(&user, &changed));
         let drifted = match drifted {
             Ok(drifted) => drifted,
             Err(e) => {
-                plan.intent = None;
                 executed.failure = Some(e);
-                return (plan, executed);
+                return DryRun { send: None, executed };
             }
         };
         executed.repaired = drifted.iter().filter_map(entry_of).collect();
         let repaired: BTreeSet<&InventoryEntry> = executed.repaired.iter().collect();
         // In the set's order: what changed, and what drifted (an object without an identity is
         // always sent: the apply refuses it, located).
-        let send: Vec<Value> = objects
+        let to_send: Vec<Value> = objects
             .into_iter()
             .filter(|object| !is_unchanged(object) || entry_of(object).is_none_or(|e| repaired.contains(&e)))
             .collect();
@@ -85,9 +128,9 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, mut plan: Plan) -
         if drifted.is_empty() {
             checked_already = Some(dry_run);
         }
-        plan.apply = (!send.is_empty()).then_some(send);
+        send = (!to_send.is_empty()).then_some(to_send);
     }
-    let Some(objects) = plan.apply.as_deref() else { return (plan, executed) };
+    let Some(objects) = send.as_deref() else { return DryRun { send, executed } };
     executed.dry_run = objects.len();
     let checked = match checked_already {
         Some(checked) => checked,
@@ -99,53 +142,42 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, mut plan: Plan) -
             let refusals: Vec<Refusal> = refused.iter().map(|e| Refusal::of(entry(objects, e), &e.source)).collect();
             executed.refused = refusals.iter().map(|r| r.entry.clone()).collect();
             executed.repaired.clear();
-            plan = plan.dry_run_refused(&refusals, &user, class_of(&refusals));
+            let class = class_of(&refusals);
+            executed.failed = Some(Failed::DryRun { refusals, user, class });
             executed.failure = Some(WriteError::Refused(Box::new(refused.remove(0))));
         }
-        Err(e) => {
-            plan.intent = None;
-            executed.failure = Some(e);
-        }
+        Err(e) => executed.failure = Some(e),
     }
-    (plan, executed)
+    DryRun { send, executed }
 }
 
-/// Applies and prunes what `plan` says, as the tenant of `repo`, after [`dry_run`] (whose
-/// `checked` it continues); does nothing when the dry run failed. Returns the plan as executed
-/// (its failed form when a write was refused) and what was done.
+/// Applies what [`dry_run`] chose to send and prunes what `plan` says, as the tenant of `repo`;
+/// does nothing when the dry run failed. Returns what was done.
 #[tracing::instrument(name = "execute", skip_all)]
-pub async fn apply_and_prune(
-    writer: &Writer,
-    repo: &TenantRepository,
-    mut plan: Plan,
-    checked: Executed,
-) -> (Plan, Executed) {
-    let mut executed = checked;
-    if executed.failure.is_some() || (plan.apply.is_none() && plan.prune.is_empty()) {
-        return (plan, executed);
+pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Plan, checked: DryRun) -> Executed {
+    let DryRun { send, mut executed } = checked;
+    if executed.failure.is_some() || (send.is_none() && plan.prune.is_empty()) {
+        return executed;
     }
     let user = service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
-    if let Some(objects) = plan.apply.clone() {
+    if let Some(objects) = send.clone() {
         match writer.execute(Write::TenantApply { user: user.clone(), objects }).await {
             Ok(Done::Objects(applied)) => {
                 executed.applied = applied;
-                executed.applied_objects = plan.apply.iter().flatten().filter_map(entry_of).collect();
+                executed.applied_objects = send.iter().flatten().filter_map(entry_of).collect();
             }
             Ok(_) => {}
             Err(e) => {
-                let class = e.class();
                 let refusal = match &e {
                     WriteError::Refused(refused) => {
-                        Some(Refusal::of(entry(plan.apply.as_deref().unwrap_or_default(), refused), &refused.source))
+                        Some(Refusal::of(entry(send.as_deref().unwrap_or_default(), refused), &refused.source))
                     }
                     WriteError::Impersonate { .. } => None,
                 };
-                plan = plan.apply_failed(repo, format!("{e} (as {user})"), class);
-                if let Some(refusal) = &refusal {
-                    plan = plan.with_refusal(refusal);
-                }
+                executed.failed =
+                    Some(Failed::Apply { message: format!("{e} (as {user})"), class: e.class(), refusal });
                 executed.failure = Some(e);
-                return (plan, executed);
+                return executed;
             }
         }
     }
@@ -156,13 +188,12 @@ pub async fn apply_and_prune(
                 executed.pruned_objects = plan.prune.clone();
             }
             Err(e) => {
-                let class = e.class();
-                plan = plan.prune_failed(format!("{e} (as {user})"), class);
+                executed.failed = Some(Failed::Prune { message: format!("{e} (as {user})"), class: e.class() });
                 executed.failure = Some(e);
             }
         }
     }
-    (plan, executed)
+    executed
 }
 
 /// The identity of a refused object: the error names its kind, namespace and name, the object

@@ -2,26 +2,45 @@
 //! tenancy rules, server-side apply them as the tenant's ServiceAccount, record the inventory,
 //! prune what left Git, sync the GitLab deploy key and webhook, and write status once.
 //!
-//! One file per step: [`observe`] reads (the registration's settings, its Secrets through
-//! [`secrets`], the fetch, the policy, the load), [`plan`] decides (a pure function over what
-//! was read), [`execute`] applies and prunes through the one writer, [`gitlab`] is the GitLab
-//! step, and [`status`] computes and writes the status. [`reconcile`] runs them in order.
-//! What the tenant reads of it all (their SyncStatus, Events, GitLab texts) passes
-//! [`super::tenant_text`]'s allow-list.
-//! Nothing is lost on failure: a fetch, load or validation failure applies and prunes nothing,
-//! and the status keeps the last applied revision and the inventory. Objects new to the
-//! inventory are recorded in it before they are applied ([`Plan::intent`]), so an apply cut
-//! short by a crash or a lost Lease leaves nothing a later prune cannot see.
+//! [`reconcile`] is the list of steps, in order, each in a file named for it, each returning
+//! its outcome into one [`Report`]:
+//!
+//! 1. [`observe`]: read the registration's settings, its Secrets ([`secrets`]), the fetch, the
+//!    policy and the load ([`load`]);
+//! 2. [`plan`]: decide, a pure function over what was read ([`Plan`], the decision only);
+//! 3. [`execute::dry_run`]: server-side dry-run what is to be sent, as the tenant;
+//! 4. [`status::record_intent`]: write ahead into the inventory what the apply may create;
+//! 5. [`gitlab::pending`]: the commit status `pending` on the revision;
+//! 6. [`execute::apply_and_prune`]: apply and prune through the one writer;
+//! 7. [`wait`]: with `spec.wait`, the health of what was applied;
+//! 8. [`gitlab::sync`]: the deploy key and webhook on GitLab;
+//! 9. [`gitlab::verdict`]: the commit status `success` or `failed`;
+//! 10. [`sync_status`]: the tenant's SyncStatus and Warning Events;
+//! 11. [`summarize`]: every condition and the status, a pure function of the plan and the
+//!     report ([`outcome`] is what they concluded);
+//! 12. [`status::write`]: the one status write;
+//! 13. Events and observers.
+//!
+//! Deletion is its own path ([`cleanup`]), and all GitLab work is in [`gitlab`], one entry per
+//! phase. What the tenant reads of it all (their SyncStatus, Events, GitLab texts) passes
+//! [`super::tenant_text`]'s allow-list. Nothing is lost on failure: a fetch, load or validation
+//! failure applies and prunes nothing, and the status keeps the last applied revision and the
+//! inventory. Objects new to the inventory are recorded in it before they are applied
+//! ([`Plan::intent`]), so an apply cut short by a crash or a lost Lease leaves nothing a later
+//! prune cannot see.
 
-pub mod commit_status;
+pub mod cleanup;
 pub mod execute;
-pub mod feedback;
 pub mod gitlab;
 pub mod load;
 pub mod observe;
+pub mod outcome;
 pub mod plan;
+pub mod report;
 pub mod secrets;
 pub mod status;
+pub mod summarize;
+pub mod sync_status;
 pub mod wait;
 
 use std::sync::Arc;
@@ -33,7 +52,6 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
-use self::gitlab as gitlab_step;
 use crate::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
 use crate::apply::applied::AppliedObjects;
 use crate::apply::{WriteError, Writer};
@@ -46,30 +64,10 @@ pub use crate::controller::conditions::Verdict;
 pub use gitlab::GitLabStep;
 pub use observe::Observed;
 pub use plan::{Plan, Record, apply_schedule, fetch_schedule, objects_of, plan};
+pub use report::Report;
 pub use secrets::SecretReads;
-pub use status::next_status;
-
-/// Condition: the repository was fetched at the requested ref.
-pub const SOURCE_READY: &str = "SourceReady";
-/// Condition: the whole set of the fetched revision is applied.
-pub const APPLIED: &str = "Applied";
-
-/// Condition reason: the step succeeded.
-pub const REASON_SUCCEEDED: &str = "Succeeded";
-/// Condition reason: the registration itself is wrong (ref, interval, Secret content).
-pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
-/// Condition reason: the registration's credentials Secret does not exist (yet).
-pub const REASON_SECRET_NOT_FOUND: &str = "SecretNotFound";
-/// Condition reason: the platform policy ConfigMap cannot be read as a policy.
-pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
-/// Condition reason: a document of the fetched revision breaks a rule; every problem is listed.
-pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
-/// Condition reason: the API server refused an object of the set.
-pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
-/// Condition reason: the set was applied but an object that left Git could not be deleted.
-pub const REASON_PRUNE_FAILED: &str = "PruneFailed";
-/// Condition reason: `spec.suspend` is set; nothing is fetched or applied.
-pub const REASON_SUSPENDED: &str = "Suspended";
+pub use summarize::summarize;
+pub use sync_status::SyncStatuses;
 
 pub use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
 pub use crate::source::registration::{
@@ -101,9 +99,9 @@ pub struct Context {
     /// Told the readiness of every status written, for `cdtarget_object_ready`.
     pub readiness: Option<crate::telemetry::ReadinessObserver>,
     /// The watch of SyncStatuses: with it, every reconcile keeps the registration's SyncStatus
-    /// in the tenant namespace and records the tenant's Warning Events ([`feedback`]); without
-    /// it (tests that do not look at them), neither.
-    pub feedback: Option<feedback::Feedback>,
+    /// in the tenant namespace and records the tenant's Warning Events ([`sync_status`]);
+    /// without it (tests that do not look at them), neither.
+    pub sync_statuses: Option<SyncStatuses>,
     /// What this process applied last for each registration: a new revision sends only the
     /// objects it changed.
     pub applied: AppliedObjects,
@@ -141,14 +139,14 @@ impl Context {
             observer: None,
             gitlab: None,
             readiness: None,
-            feedback: None,
+            sync_statuses: None,
             applied: AppliedObjects::default(),
         }
     }
 
-    /// Keeps every registration's SyncStatus, read from `feedback`'s watch.
-    pub fn with_feedback(mut self, feedback: feedback::Feedback) -> Self {
-        self.feedback = Some(feedback);
+    /// Keeps every registration's SyncStatus, read from `statuses`' watch.
+    pub fn with_sync_statuses(mut self, statuses: SyncStatuses) -> Self {
+        self.sync_statuses = Some(statuses);
         self
     }
 
@@ -194,13 +192,8 @@ impl Context {
         self
     }
 
-    fn gitlab_inputs<'a>(&'a self, secrets: &'a SecretReads) -> gitlab_step::Inputs<'a> {
-        gitlab_step::Inputs {
-            settings: self.gitlab.as_ref(),
-            writer: &self.writer,
-            secrets,
-            recorder: self.recorder.as_ref(),
-        }
+    fn gitlab_inputs<'a>(&'a self, secrets: &'a SecretReads) -> gitlab::Inputs<'a> {
+        gitlab::Inputs { settings: self.gitlab.as_ref(), writer: &self.writer, secrets }
     }
 }
 
@@ -228,7 +221,8 @@ pub enum Error {
     /// Applying or pruning an object (as the tenant) failed.
     #[error(transparent)]
     Apply(WriteError),
-    /// The GitLab step's own writes (finalizers, the key pair Secret) failed on deletion.
+    /// The GitLab phases' own writes (finalizers, the key pair Secret) or the deletion path's
+    /// status write failed on deletion.
     #[error(transparent)]
     GitLab(#[from] gitlab::StepError),
     /// Writing status failed.
@@ -285,101 +279,98 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
     reconcile_in(repo, ctx, namespace).instrument(span).await
 }
 
+/// The steps of one reconcile, in order (see the module documentation).
 async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
     let name = repo.name_any();
+    let key = format!("{namespace}/{name}");
     let secrets = SecretReads::new(ctx.writer.client(), &namespace);
-    if let Some(deletion) = gitlab_step::deletion_of(&repo) {
-        return Ok(gitlab_step::finalize(&repo, &namespace, ctx.gitlab_inputs(&secrets), deletion).await?);
+    if let Some(deletion) = cleanup::deletion_of(&repo) {
+        let inputs = ctx.gitlab_inputs(&secrets);
+        return Ok(cleanup::cleanup(&repo, &namespace, inputs, ctx.recorder.as_ref(), deletion).await?);
     }
-    // Finalizer and key pair Secret: a failure here is reported by the sync step below (the
+    let mut report = Report::default();
+    // Finalizer and key pair Secret: a failure here is reported by the sync phase below (the
     // finalizer is added again on every pass), never stops the Git apply.
-    let prepared = gitlab_step::prepare(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await;
+    let prepared = gitlab::prepare(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await;
 
+    // 1. Observe.
     let observed = observe::observe(&repo, &namespace, &ctx, &secrets).await?;
     if let Some(revision) = observed.revision() {
         tracing::Span::current().record("revision", revision);
     }
-    let webhook = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
-    let key = format!("{namespace}/{name}");
+    report.webhook_path = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
+    // 2. Plan.
     let plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
-    // All or nothing: what is to be sent is server-side dry-run as the tenant before anything
-    // is written; a refusal leaves no intent, no apply and no prune (the plan says so).
-    let (plan, checked) = execute::dry_run(&ctx.writer, &repo, plan).await;
-    // Write-ahead: what the apply may create is in the inventory before it is created, or
-    // nothing is applied (the reconcile fails and is retried).
-    if let Some(intent) = &plan.intent {
+    // 3. Dry run. All or nothing: what is to be sent is server-side dry-run as the tenant before
+    // anything is written; a refusal leaves no intent, no apply and no prune.
+    let checked = execute::dry_run(&ctx.writer, &repo, &plan).await;
+    // 4. Record intent. Write-ahead: what the apply may create is in the inventory before it is
+    // created, or nothing is applied (the reconcile fails and is retried).
+    if let (Some(intent), None) = (&plan.intent, &checked.executed.failure) {
         status::record_intent(&ctx.writer, &namespace, &repo, intent)
             .instrument(tracing::info_span!("intent"))
             .await
             .map_err(Error::Status)?;
     }
-
-    // GitLab shows `pending` on the revision before it is applied (a failure only shows in
-    // `CommitStatusPosted`).
-    let commit_feedback = commit_status::before_apply(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
-
-    let (plan, executed) = execute::apply_and_prune(&ctx.writer, &repo, plan, checked).await;
-    match (&executed.failure, &plan.digests) {
+    // 5. Commit status pending: GitLab shows it on the revision before it is applied (a failure
+    // only shows in `CommitStatusPosted`).
+    let pending = gitlab::pending(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
+    // 6. Apply and prune.
+    report.executed = execute::apply_and_prune(&ctx.writer, &repo, &plan, checked).await;
+    match (&report.executed.failure, &plan.digests) {
         // Whatever a failed attempt left on the cluster, the next one sends the whole set.
         (Some(_), _) => ctx.applied.forget(&key),
         (None, Some(digests)) if plan.record.is_some() => ctx.applied.remember(&key, digests.clone()),
         (None, _) => {}
     }
     // The tenant's client could not even be built: nothing was sent, nothing is reported.
-    if let Some(WriteError::Impersonate { .. }) = &executed.failure {
-        return Err(Error::Apply(executed.failure.expect("matched above")));
+    if let Some(WriteError::Impersonate { .. }) = &report.executed.failure {
+        return Err(Error::Apply(report.executed.failure.take().expect("matched above")));
     }
-
-    // spec.wait: Ready only once what was applied is healthy (kstatus).
-    let (plan, health_check) =
-        wait::wait(&ctx.writer, &repo, plan, &executed, Timestamp::now()).instrument(tracing::info_span!("wait")).await;
-
-    // After the apply and whatever its outcome: a GitLab failure never blocks or undoes it.
-    let step = match prepared {
-        Ok(()) => gitlab_step::sync(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await,
+    // 7. Wait for health (spec.wait): Ready only once what was applied is healthy (kstatus).
+    report.waited = wait::wait(&ctx.writer, &repo, &plan, &report.executed, Timestamp::now()).await;
+    // 8. GitLab keys and hooks, after the apply and whatever its outcome: a GitLab failure never
+    // blocks or undoes it.
+    let synced = match prepared {
+        Ok(()) => gitlab::sync(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await,
         Err(e) => Err(e),
     };
-    let mut plan = plan.with_gitlab(step.unwrap_or_else(|e| Some(gitlab_step::cluster_failed(&e))));
-    let commit_feedback = commit_status::after_apply(commit_feedback, &repo, ctx.gitlab.as_ref(), &plan).await;
-    plan.requeue = commit_feedback.requeue(plan.requeue);
+    report.gitlab = synced.unwrap_or_else(|e| Some(gitlab::cluster_failed(&e)));
+    // 9. Commit status verdict on what the reconcile concluded.
+    let concluded = outcome::outcome(&repo, &plan, &report.executed, &report.waited);
+    report.commit_status = gitlab::verdict(pending, &repo, ctx.gitlab.as_ref(), &concluded).await;
     let now = Time(Timestamp::now());
-    let mut status = next_status(&repo, &plan, webhook, &now);
-    status.health_check = health_check;
-    commit_feedback.record(&mut status, repo.metadata.generation, &now);
-    // The tenant's SyncStatus and Events: after the apply, whatever its outcome; a failed write
-    // is reported in the registration's conditions and retried, never undoes anything.
-    let mut sync_status_failed = false;
-    if let Some(sync_statuses) = &ctx.feedback {
-        let inputs = feedback::Inputs {
+    // 10. The tenant's SyncStatus and Events, after the apply whatever its outcome; a failed
+    // write is reported in the registration's conditions and retried, never undoes anything.
+    if let Some(sync_statuses) = &ctx.sync_statuses {
+        let status = summarize(&repo, &plan, &report, &now);
+        let inputs = sync_status::Inputs {
             repo: &repo,
             platform_namespace: &namespace,
             status: &status,
-            plan: &plan,
-            executed: &executed,
+            outcome: &concluded,
+            executed: &report.executed,
             previous: None,
             now: &now,
         };
-        let outcome = feedback::report(sync_statuses, &ctx.writer, ctx.recorder.as_ref(), inputs)
-            .instrument(tracing::info_span!("feedback"))
+        let written = sync_status::update(sync_statuses, &ctx.writer, ctx.recorder.as_ref(), inputs)
+            .instrument(tracing::info_span!("sync_status"))
             .await;
-        if let Err(error) = &outcome {
+        if let Err(error) = &written {
             tracing::warn!(%error, "writing the SyncStatus failed; retried");
-            sync_status_failed = true;
         }
-        feedback::record_outcome(&mut status, &outcome, &now);
+        report.sync_status = Some(written);
     }
-    let report = ApplyReport {
-        registration: format!("{namespace}/{name}"),
-        applied: executed.applied,
-        pruned: executed.pruned,
-        managed: status.inventory.len(),
-    };
+    // 11. Summarize: every condition and the status, once.
+    let status = summarize(&repo, &plan, &report, &now);
+    // 12. Write status.
     let previous = repo.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let transition = super::events::transition(previous, &status.conditions);
     status::write(&ctx.writer, &namespace, &repo, &status)
         .instrument(tracing::info_span!("status"))
         .await
         .map_err(Error::Status)?;
+    // 13. Events and observers.
     if let Some(observer) = &ctx.readiness {
         observer(crate::telemetry::Readiness::of(
             "TenantRepository",
@@ -390,18 +381,20 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         ));
     }
     super::events::publish(ctx.recorder.as_ref(), repo.as_ref(), transition).await;
+    let applied = ApplyReport {
+        registration: key,
+        applied: report.executed.applied,
+        pruned: report.executed.pruned,
+        managed: status.inventory.len(),
+    };
     if let Some(observer) = &ctx.observer {
-        observer(&report);
+        observer(&applied);
     }
-    if let Some(e) = executed.failure {
+    let requeue = summarize::requeue(&repo, &plan, &report);
+    if let Some(e) = report.executed.failure {
         return Err(Error::Apply(e));
     }
-    tracing::debug!(applied = report.applied, pruned = report.pruned, "reconciled");
-    let requeue = if sync_status_failed {
-        Some(plan.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY)))
-    } else {
-        plan.requeue
-    };
+    tracing::debug!(applied = applied.applied, pruned = applied.pruned, "reconciled");
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 

@@ -1,7 +1,9 @@
 //! The TenantRepository reconciler's decision, a pure function over what [`super::observe`]
 //! read: what to apply and prune, which conditions to report, what to record, and when to come
 //! back. Nothing is lost on failure: a fetch, load or validation failure applies and prunes
-//! nothing, and the record keeps the last applied revision and the inventory.
+//! nothing, and the record keeps the last applied revision and the inventory. The plan is the
+//! decision only: what the later steps find is in the reconcile's [`super::report::Report`],
+//! and [`super::outcome`] turns both into what the reconcile concluded.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -9,19 +11,18 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::gitlab::GitLabStep;
 use super::observe::Observed;
-use super::{
-    REASON_APPLY_FAILED, REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_PRUNE_FAILED, REASON_SECRET_NOT_FOUND,
-    REASON_SUCCEEDED, REASON_VALIDATION_FAILED, STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY,
+use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
+use crate::api::conditions::{
+    REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_SECRET_NOT_FOUND, REASON_SUCCEEDED, REASON_VALIDATION_FAILED,
 };
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
 use crate::apply::applied::{Digests, digests_of, unchanged};
-use crate::apply::refusal::{Origin, Origins, Refusal};
+use crate::apply::refusal::{Origin, Origins};
 use crate::apply::server_side;
 use crate::apply::{entry_of, inventory_of, prune_plan};
 use crate::controller::conditions::{Health, Verdict};
-use crate::error::{Class, Classify, Schedule};
+use crate::error::{Classify, Schedule};
 use crate::manifests::{ApplySet, Content};
 use crate::problem::Problem;
 use crate::source::error::redact_userinfo;
@@ -40,8 +41,8 @@ pub fn apply_schedule(interval: Duration) -> Schedule {
     Schedule { stalled: interval, waiting: interval, transient: TRANSIENT_RETRY }
 }
 
-/// What one reconcile decided.
-#[derive(Clone, Debug, PartialEq)]
+/// What one reconcile decided (the default: nothing at all, as for a suspended registration).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     /// The overall health; `None` while suspended (`Ready` then keeps its status).
     pub health: Option<Health>,
@@ -74,14 +75,11 @@ pub struct Plan {
     pub record: Option<Record>,
     /// When to reconcile again; `None` waits for a change of the registration.
     pub requeue: Option<Duration>,
-    /// The GitLab step's report (`GitLabSynced`, `status.gitlab`); `None` for a registration
-    /// without `spec.gitlab`. Set by [`Plan::with_gitlab`] after the apply.
-    pub gitlab: Option<GitLabStep>,
     /// Every located problem of the evaluated revision (validation, or objects the API server
     /// refused), as data for the tenant's feedback; empty when there is none.
     pub problems: Vec<Problem>,
     /// Where each object of `apply` came from (file, document, line), so that an object the API
-    /// server refuses is reported at its document ([`Plan::dry_run_refused`]).
+    /// server refuses is reported at its document ([`super::outcome`]).
     pub origins: Origins,
 }
 
@@ -105,38 +103,12 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         health: Some(health),
         source_ready,
         applied,
-        apply: None,
-        only_drifted: false,
-        unchanged: BTreeSet::new(),
-        digests: None,
-        prune: Vec::new(),
-        intent: None,
-        fetched_revision: None,
-        record: None,
         requeue: Some(requeue),
-        gitlab: None,
-        problems: Vec::new(),
-        origins: Origins::new(),
+        ..Plan::default()
     };
 
     match observed {
-        Observed::Suspended => Plan {
-            health: None,
-            source_ready: None,
-            applied: None,
-            apply: None,
-            only_drifted: false,
-            unchanged: BTreeSet::new(),
-            digests: None,
-            prune: Vec::new(),
-            intent: None,
-            fetched_revision: None,
-            record: None,
-            requeue: None,
-            gitlab: None,
-            problems: Vec::new(),
-            origins: Origins::new(),
-        },
+        Observed::Suspended => Plan::default(),
         Observed::InvalidSpec(message) => {
             let verdict = Verdict::new(false, REASON_INVALID_SPEC, &message);
             nothing(stalled(REASON_INVALID_SPEC, message), Some(verdict), None, STALLED_RESYNC)
@@ -205,94 +177,20 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
                 applied: Some(Verdict::new(true, REASON_SUCCEEDED, message)),
                 apply: Some(objects),
                 only_drifted: unchanged,
-                unchanged: BTreeSet::new(),
                 digests,
                 prune,
                 intent,
                 fetched_revision: Some(revision.clone()),
                 record: Some(Record { revision, digest, inventory }),
                 requeue: Some(interval),
-                gitlab: None,
-                problems: Vec::new(),
                 origins,
+                ..Plan::default()
             }
         }
     }
 }
 
 impl Plan {
-    /// The plan with the GitLab step's report; a transient GitLab failure brings the next
-    /// reconcile forward, and so does a failed fetch in the pass that just put the deploy key on
-    /// GitLab (the first fetch of a new registration runs before its key is registered).
-    /// Nothing else of the plan changes.
-    pub fn with_gitlab(mut self, step: Option<GitLabStep>) -> Plan {
-        let fetch_failed = self.source_ready.as_ref().is_some_and(|v| !v.ok);
-        let key_just_registered = step.as_ref().is_some_and(|s| s.changed && s.verdict.ok);
-        if fetch_failed && key_just_registered {
-            self.requeue = Some(self.requeue.map_or(TRANSIENT_RETRY, |r| r.min(TRANSIENT_RETRY)));
-        }
-        if let Some(sooner) = step.as_ref().and_then(|s| s.requeue) {
-            self.requeue = Some(self.requeue.map_or(sooner, |r| r.min(sooner)));
-        }
-        self.gitlab = step;
-        self
-    }
-
-    /// The plan after the API server refused an object of the set: nothing is pruned, the
-    /// previous revision stays recorded, and the inventory also holds what this attempt may
-    /// have created, so that nothing escapes a later prune.
-    pub fn apply_failed(mut self, repo: &TenantRepository, message: String, class: Class) -> Plan {
-        let previous = repo.status.clone().unwrap_or_default();
-        let attempted = self.record.take().map(|r| r.inventory).unwrap_or_default();
-        let inventory = union(&previous.inventory, &attempted);
-        self.record = previous
-            .last_applied_revision
-            .clone()
-            .map(|revision| Record {
-                revision,
-                digest: previous.last_applied_digest.clone().unwrap_or_default(),
-                inventory: inventory.clone(),
-            })
-            .or(Some(Record { revision: String::new(), digest: String::new(), inventory }));
-        self.failed(REASON_APPLY_FAILED, message, class)
-    }
-
-    /// The plan after the server-side dry run of the set (as `user`) was refused for
-    /// `refusals`: nothing was written, so nothing is recorded (the previous revision and
-    /// inventory stay as they are, no intent, no prune), every refused object is a located
-    /// problem, and `Applied` and `Ready` name each one with the API server's message.
-    pub fn dry_run_refused(mut self, refusals: &[Refusal], user: &str, class: Class) -> Plan {
-        let sent = self.apply.as_ref().map_or(0, Vec::len);
-        let problems: Vec<Problem> =
-            refusals.iter().flat_map(|refusal| refusal.problems(self.origins.get(&refusal.entry))).collect();
-        let revision = self.fetched_revision.as_deref().map(short_revision).unwrap_or_default().to_owned();
-        let message = format!(
-            "revision {revision} was not applied: the API server refused {} of {sent} objects in a server-side dry run as {user}, so nothing was written: {}",
-            refusals.len(),
-            capped_list(&problems),
-        );
-        self.record = None;
-        self.problems = problems;
-        self.failed(REASON_APPLY_FAILED, message, class)
-    }
-
-    /// The located problem of the object the API server refused in the real apply (after the
-    /// dry run passed: a quota, a conflict, a permission changed in between).
-    pub fn with_refusal(mut self, refusal: &Refusal) -> Plan {
-        self.problems = refusal.problems(self.origins.get(&refusal.entry));
-        self
-    }
-
-    /// The plan after the set was applied but deleting an object that left Git failed: the
-    /// applied revision is recorded, and the objects not deleted stay in the inventory so the
-    /// next cycle deletes them.
-    pub fn prune_failed(mut self, message: String, class: Class) -> Plan {
-        if let Some(record) = &mut self.record {
-            record.inventory = union(&record.inventory, &self.prune);
-        }
-        self.failed(REASON_PRUNE_FAILED, message, class)
-    }
-
     /// The plan sending, after a new revision, only what changed since `before` (what this
     /// process applied last for the registration): the objects whose content is the same are
     /// marked [`Plan::unchanged`], read back and sent only when their live copy drifted. An
@@ -301,23 +199,6 @@ impl Plan {
         if let (Some(before), Some(objects), false) = (before, &self.apply, self.only_drifted) {
             self.unchanged = unchanged(objects, before);
         }
-        self
-    }
-
-    fn failed(mut self, reason: &str, message: String, class: Class) -> Plan {
-        self.applied = Some(Verdict::new(false, reason, &message));
-        self.apply = None;
-        self.only_drifted = false;
-        self.unchanged = BTreeSet::new();
-        self.digests = None;
-        self.prune = Vec::new();
-        self.intent = None;
-        // The plan's own requeue is the interval (with its jitter): a stalled or waiting apply
-        // is tried again with the next poll, which also picks up a fixing push.
-        let interval = self.requeue.unwrap_or(DEFAULT_INTERVAL);
-        let settled = apply_schedule(interval).settle(class);
-        self.health = Some(Health::failed(settled, reason, message));
-        self.requeue = Some(settled.requeue);
         self
     }
 }
@@ -345,7 +226,7 @@ pub fn objects_of(set: &ApplySet, namespace: &str) -> Vec<Value> {
         .collect()
 }
 
-fn union(a: &[InventoryEntry], b: &[InventoryEntry]) -> Vec<InventoryEntry> {
+pub(super) fn union(a: &[InventoryEntry], b: &[InventoryEntry]) -> Vec<InventoryEntry> {
     a.iter().chain(b).cloned().collect::<BTreeSet<_>>().into_iter().collect()
 }
 
@@ -367,7 +248,7 @@ fn list(problems: &[Problem]) -> String {
 const LISTED_PROBLEMS: usize = 20;
 
 /// [`list`] of at most [`LISTED_PROBLEMS`], saying how many more there are.
-fn capped_list(problems: &[Problem]) -> String {
+pub(super) fn capped_list(problems: &[Problem]) -> String {
     let listed = list(&problems[..problems.len().min(LISTED_PROBLEMS)]);
     match problems.len().saturating_sub(LISTED_PROBLEMS) {
         0 => listed,
@@ -376,19 +257,18 @@ fn capped_list(problems: &[Problem]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
     use crate::api::tenant_repository::TenantRepositoryStatus;
-    use crate::controller::tenant_repository::status::next_status;
-    use crate::controller::tenant_repository::{APPLIED, REASON_VALIDATION_FAILED};
-    use crate::gitlab;
+    use crate::controller::tenant_repository::report::Report;
+    use crate::controller::tenant_repository::summarize::summarize;
     use crate::manifests;
     use crate::source::{FailureKind, SourceError};
 
-    fn repo(prune: bool, status: Option<TenantRepositoryStatus>) -> TenantRepository {
+    pub(crate) fn repo(prune: bool, status: Option<TenantRepositoryStatus>) -> TenantRepository {
         let repo = TenantRepository::test().with_url("file:///repo.git").with_interval("1m").pruning(prune);
         match status {
             Some(status) => repo.with_status(status),
@@ -396,7 +276,7 @@ mod tests {
         }
     }
 
-    fn config_map(name: &str) -> ApplySet {
+    pub(crate) fn config_map(name: &str) -> ApplySet {
         let value = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "team-a"}});
         let document = manifests::Document {
             file: "a.yaml".into(),
@@ -408,12 +288,12 @@ mod tests {
         ApplySet { documents: vec![document] }
     }
 
-    fn entry(name: &str) -> InventoryEntry {
+    pub(crate) fn entry(name: &str) -> InventoryEntry {
         InventoryEntry::test("v1", "ConfigMap", name)
     }
 
     /// A status with revision `abc` applied and `inventory` recorded.
-    fn applied_abc(inventory: Vec<InventoryEntry>) -> TenantRepositoryStatus {
+    pub(crate) fn applied_abc(inventory: Vec<InventoryEntry>) -> TenantRepositoryStatus {
         TenantRepositoryStatus {
             last_applied_revision: Some("abc".into()),
             inventory,
@@ -432,26 +312,6 @@ mod tests {
         assert_eq!(plan.record.as_ref().unwrap().inventory, [entry("a")]);
         assert_eq!(plan.requeue, Some(Duration::from_secs(63)));
         assert!(matches!(plan.health, Some(Health::Ready { .. })));
-    }
-
-    #[test]
-    fn a_fetch_refused_in_the_pass_that_registered_the_deploy_key_comes_back_soon() {
-        let refused = || {
-            plan(
-                &repo(true, None),
-                Observed::FetchFailed(SourceError::new(FailureKind::AuthenticationFailed, "denied")),
-                Duration::ZERO,
-            )
-        };
-        let synced = |changed| GitLabStep {
-            verdict: Verdict::new(true, gitlab::REASON_SYNCED, "ok"),
-            status: None,
-            requeue: None,
-            changed,
-        };
-        assert_eq!(refused().requeue, Some(STALLED_RESYNC), "a refused fetch alone stalls");
-        assert_eq!(refused().with_gitlab(Some(synced(true))).requeue, Some(TRANSIENT_RETRY));
-        assert_eq!(refused().with_gitlab(Some(synced(false))).requeue, Some(STALLED_RESYNC));
     }
 
     #[test]
@@ -516,14 +376,6 @@ mod tests {
         assert_eq!(same.intent, None);
         let losing = plan(&repo(true, Some(status(vec![entry("a"), entry("b"), entry("c")]))), two(), Duration::ZERO);
         assert_eq!((losing.intent, losing.prune), (None, vec![entry("c")]));
-        // A failed apply records the same union, and nothing before it.
-        let failed = plan(&repo(true, Some(status(vec![entry("old")]))), two(), Duration::ZERO).apply_failed(
-            &repo(true, Some(status(vec![entry("old")]))),
-            "refused".into(),
-            Class::Waiting,
-        );
-        assert_eq!(failed.intent, None);
-        assert_eq!(failed.record.unwrap().inventory, [entry("a"), entry("b"), entry("old")]);
     }
 
     #[test]
@@ -536,7 +388,7 @@ mod tests {
         assert!(
             matches!(&plan.health, Some(Health::Stalled { reason, message }) if reason == REASON_VALIDATION_FAILED && message.contains("targets.yaml:1: spec.ip[0]: bad"))
         );
-        let status = next_status(&repo, &plan, None, &Time(Timestamp::UNIX_EPOCH));
+        let status = summarize(&repo, &plan, &Report::default(), &Time(Timestamp::UNIX_EPOCH));
         assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
         assert_eq!(status.last_fetched_revision.as_deref(), Some("def"));
         assert_eq!(status.inventory, [entry("a")]);
@@ -551,63 +403,6 @@ mod tests {
         assert_eq!(failed(FailureKind::RefNotFound).requeue, Some(Duration::from_secs(60)));
         assert_eq!(failed(FailureKind::Timeout).requeue, Some(TRANSIENT_RETRY));
         assert_eq!(auth.source_ready.unwrap().reason, "AuthenticationFailed");
-    }
-
-    #[test]
-    fn failed_apply_keeps_the_previous_revision_and_tracks_what_it_may_have_created() {
-        let status = applied_abc(vec![entry("old")]);
-        let repo = repo(true, Some(status));
-        let planned =
-            plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) }, Duration::ZERO);
-        let failed = planned.apply_failed(&repo, "applying ConfigMap team-a/a: forbidden".into(), Class::Waiting);
-        assert!(failed.prune.is_empty());
-        let status = next_status(&repo, &failed, None, &Time(Timestamp::UNIX_EPOCH));
-        assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
-        assert_eq!(status.inventory, [entry("a"), entry("old")]);
-        assert!(status.conditions.iter().any(|c| c.type_ == APPLIED && c.reason == REASON_APPLY_FAILED));
-    }
-
-    #[test]
-    fn a_refused_dry_run_writes_and_records_nothing_and_locates_every_refused_object() {
-        let status = applied_abc(vec![entry("old")]);
-        let repo = repo(true, Some(status));
-        let mut set = config_map("a");
-        set.documents.extend(config_map("b").documents);
-        set.documents[1].file = "b.yaml".into();
-        set.documents[1].index = 2;
-        let planned = plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(set) }, Duration::ZERO);
-        assert!(planned.intent.is_some(), "new objects: an intent record was planned");
-        let refused = |name: &str, message: &str| Refusal {
-            entry: planned.origins.keys().find(|e| e.name == name).expect("an origin").clone(),
-            code: 403,
-            message: message.into(),
-            causes: Vec::new(),
-            class: Class::Waiting,
-        };
-        let refusals = [refused("a", "forbidden a"), refused("b", "forbidden b")];
-        let failed = planned.dry_run_refused(&refusals, "system:serviceaccount:team-a:deployer", Class::Waiting);
-        // Nothing is written: no apply, no prune, no intent, and the record stays the previous one.
-        assert_eq!((failed.apply.clone(), failed.prune.clone(), failed.intent.clone()), (None, vec![], None));
-        assert_eq!(failed.record, None);
-        let status = next_status(&repo, &failed, None, &Time(Timestamp::UNIX_EPOCH));
-        assert_eq!(
-            (status.last_applied_revision.as_deref(), status.inventory.clone()),
-            (Some("abc"), vec![entry("old")])
-        );
-        // Every refused object, located, in the plan and in Applied and Ready.
-        let shown: Vec<String> = failed.problems.iter().map(ToString::to_string).collect();
-        assert_eq!(shown.len(), 2);
-        assert!(
-            shown[0].starts_with("a.yaml:1: ConfigMap ")
-                && shown[0].ends_with("/a was refused by the API server: forbidden a"),
-            "{shown:?}"
-        );
-        assert!(shown[1].starts_with("b.yaml:2: ConfigMap "), "{shown:?}");
-        let applied = failed.applied.clone().expect("Applied");
-        assert_eq!(applied.reason, REASON_APPLY_FAILED);
-        assert!(applied.message.contains("refused 2 of 2 objects in a server-side dry run as system:serviceaccount:team-a:deployer, so nothing was written"), "{}", applied.message);
-        assert!(applied.message.contains(&shown[0]) && applied.message.contains(&shown[1]), "{}", applied.message);
-        assert!(matches!(&failed.health, Some(Health::Progressing { message, .. }) if *message == applied.message));
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //!   each unhealthy object named with its file and document, also as located problems. Checked
 //!   again at every `spec.interval` (a rollout may still finish).
 //!
-//! The decision is [`decide`], a pure function over the objects as read; [`wait`] does the reads.
+//! The decision is [`decide`], a pure function over the objects as read; [`wait`] does the reads
+//! and reports what it found ([`Waited`]).
 
 use std::time::Duration;
 
@@ -27,8 +28,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject};
 
 use super::execute::Executed;
+use super::parse_go_duration;
 use super::plan::Plan;
-use super::{REASON_INVALID_SPEC, parse_go_duration};
+use crate::api::conditions::{
+    REASON_HEALTH_CHECK_FAILED, REASON_HEALTH_CHECK_PENDING, REASON_INVALID_SPEC, REASON_SUCCEEDED,
+};
 use crate::api::tenant_repository::{HealthCheckStatus, InventoryEntry, TenantRepository};
 use crate::apply::Writer;
 use crate::apply::refusal::Origins;
@@ -37,11 +41,6 @@ use crate::controller::conditions::Health;
 use crate::health::{self, Assessment, Status};
 use crate::problem::Problem;
 
-/// Condition reason: what was applied is not healthy yet; checked again shortly.
-pub const REASON_HEALTH_CHECK_PENDING: &str = "HealthCheckPending";
-/// Condition reason: what was applied did not become healthy within `spec.wait.timeout`, or
-/// an object of it failed.
-pub const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
 /// `spec.wait.timeout` when it is not given.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Most objects named in a message; the located problems name all of them.
@@ -93,10 +92,7 @@ pub fn decide(
     let unhealthy: Vec<&Checked> = checked.iter().filter(|c| !c.assessment.is_current()).collect();
     if unhealthy.is_empty() {
         return Decision {
-            health: Health::Ready {
-                reason: super::REASON_SUCCEEDED.into(),
-                message: healthy_message(applied, checked.len()),
-            },
+            health: Health::Ready { reason: REASON_SUCCEEDED.into(), message: healthy_message(applied, checked.len()) },
             recheck: None,
             problems: Vec::new(),
             healthy: true,
@@ -196,53 +192,64 @@ fn always_healthy(entry: &InventoryEntry) -> bool {
     entry.api_version == "v1" && matches!(entry.kind.as_str(), "ConfigMap" | "Secret")
 }
 
-/// Applies `spec.wait` to a plan the apply carried out: returns the plan with the health the
-/// check found, and the `status.healthCheck` to record (`None` without `spec.wait`). A plan
-/// that applied nothing successfully keeps its health and the previous record.
+/// What the health check found, for the reconcile's report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waited {
+    /// The registration's health as the check found it; `None` keeps the plan's.
+    pub health: Option<Health>,
+    /// Every object not healthy when the check failed, located.
+    pub problems: Vec<Problem>,
+    /// When to check again, sooner than the plan's requeue.
+    pub recheck: Option<Duration>,
+    /// The `status.healthCheck` to record (`None` without `spec.wait`).
+    pub health_check: Option<HealthCheckStatus>,
+}
+
+/// Applies `spec.wait` after the apply carried out `plan`: the health the check found, and the
+/// `status.healthCheck` to record. A plan that applied nothing successfully keeps its health
+/// and the previous record.
+#[tracing::instrument(name = "wait", skip_all)]
 pub async fn wait(
     writer: &Writer,
     repo: &TenantRepository,
-    mut plan: Plan,
+    plan: &Plan,
     executed: &Executed,
     now: Timestamp,
-) -> (Plan, Option<HealthCheckStatus>) {
+) -> Waited {
     let previous = repo.status.as_ref().and_then(|s| s.health_check.clone());
     if repo.spec.wait.is_none() {
-        return (plan, None);
+        return Waited::default();
     }
-    let applied = match (&plan.health, &plan.record, &executed.failure) {
-        (Some(Health::Ready { message, .. }), Some(record), None) if !record.digest.is_empty() => {
-            (message.clone(), record.clone())
-        }
-        _ => return (plan, previous),
+    let kept = Waited { health_check: previous.clone(), ..Waited::default() };
+    let (message, record) = match (&plan.health, &plan.record, &executed.failure) {
+        (Some(Health::Ready { message, .. }), Some(record), None) if !record.digest.is_empty() => (message, record),
+        _ => return kept,
     };
-    let (message, record) = applied;
     let timeout = match timeout_of(repo) {
         Ok(timeout) => timeout,
         Err(message) => {
-            plan.health = Some(Health::Stalled { reason: REASON_INVALID_SPEC.into(), message });
-            return (plan, previous);
+            return Waited { health: Some(Health::Stalled { reason: REASON_INVALID_SPEC.into(), message }), ..kept };
         }
     };
     let check = check_of(previous, &record.digest, !executed.applied_objects.is_empty(), now);
     if check.healthy {
-        plan.health = Some(Health::Ready {
-            reason: super::REASON_SUCCEEDED.into(),
-            message: healthy_message(&message, record.inventory.len()),
-        });
-        return (plan, Some(check));
+        let health = Health::Ready {
+            reason: REASON_SUCCEEDED.into(),
+            message: healthy_message(message, record.inventory.len()),
+        };
+        return Waited { health: Some(health), health_check: Some(check), ..Waited::default() };
     }
 
     let user = service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
     let checked = read(writer, &user, &record.inventory).await;
     let elapsed = Duration::try_from(now.duration_since(check.started_at.0)).unwrap_or_default();
-    let decision = decide(&message, &checked, &plan.origins, elapsed, timeout);
-    plan.health = Some(decision.health);
-    plan.problems.extend(decision.problems);
-    if let Some(recheck) = decision.recheck {
-        plan.requeue = Some(plan.requeue.map_or(recheck, |r| r.min(recheck)));
+    let decision = decide(message, &checked, &plan.origins, elapsed, timeout);
+    Waited {
+        health: Some(decision.health),
+        problems: decision.problems,
+        recheck: decision.recheck,
+        health_check: Some(HealthCheckStatus { healthy: decision.healthy, ..check }),
     }
-    (plan, Some(HealthCheckStatus { healthy: decision.healthy, ..check }))
 }
 
 /// Reads every object of `inventory` as `user` and computes its kstatus health; an object that

@@ -1,8 +1,8 @@
-//! The commit status step of the TenantRepository reconciler (`docs/gitlab.md`, "Commit
-//! statuses and comments"): for a registration with `spec.gitlab`, `pending` on the fetched
-//! revision before the apply, then `success` or `failed` (and one comment listing every problem
-//! of a refused revision) after it, remembered in `status.gitlab` so that evaluating the same
-//! revision again sends nothing.
+//! The commit status phases of the TenantRepository reconciler (`docs/gitlab.md`, "Commit
+//! statuses and comments"): for a registration with `spec.gitlab`, [`pending`] on the fetched
+//! revision before the apply, then [`verdict`]: `success` or `failed` (and one comment listing
+//! every problem of a refused revision) after it, remembered in `status.gitlab` so that
+//! evaluating the same revision again sends nothing. Both return a [`CommitStatusReport`].
 //!
 //! The decisions are plain functions ([`target_of`], [`outcome_of`], [`condition_of`]) and
 //! [`crate::gitlab::feedback`]'s; GitLab being down or refusing never blocks or undoes the
@@ -10,26 +10,22 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::plan::Plan;
-use super::{APPLIED, TRANSIENT_RETRY};
-use crate::api::tenant_repository::{GitLabStatus, TenantRepository, TenantRepositoryStatus};
-use crate::controller::conditions::{self, Health, Verdict};
+use super::super::TRANSIENT_RETRY;
+use super::super::outcome::Outcome as Concluded;
+use super::super::plan::Plan;
+use crate::api::conditions::{APPLIED, REASON_POSTED};
+use crate::api::tenant_repository::TenantRepository;
+use crate::controller::conditions::{Health, Verdict};
 use crate::controller::tenant_text::{self, Object};
-use crate::error::{Class, Classify};
+use crate::error::{Class, Classify, Reason};
 use crate::gitlab::feedback::{self, Outcome, Remembered, Step, Target, Vars};
 use crate::gitlab::{self, GitLabError};
 
-/// Condition: the commit status of the revision evaluated last is on GitLab.
-pub const CONDITION_TYPE: &str = "CommitStatusPosted";
-/// `CommitStatusPosted=True`.
-pub const REASON_POSTED: &str = "Posted";
-
-/// What the step did in one reconcile, for the one status write.
+/// What the commit status phases did in one reconcile, for the reconcile's report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Feedback {
+pub struct CommitStatusReport {
     /// `false`: the registration has no `spec.gitlab` or statuses are off (the condition goes).
     pub active: bool,
     /// The project's id, once known.
@@ -70,11 +66,11 @@ pub fn target_of(
     Target::new(settings, vars, ref_of(repo))
 }
 
-/// What the executed plan concluded about its revision: `None` while it is not judged (nothing
+/// What the reconcile concluded about its revision: `None` while it is not judged (nothing
 /// fetched, suspended, or a failure that is retried, so the status stays `pending`). Problems
 /// are located from the repository root (`spec.path` + the file), as the tenant sees them on
 /// GitLab; problems and messages are those [`tenant_text`] lets a tenant read.
-pub fn outcome_of(repo: &TenantRepository, plan: &Plan) -> Option<Outcome> {
+pub fn outcome_of(repo: &TenantRepository, plan: &Concluded) -> Option<Outcome> {
     plan.fetched_revision.as_ref()?;
     let health = plan.health.as_ref()?;
     let problems = tenant_text::problems_for_tenant(&plan.problems);
@@ -124,7 +120,7 @@ pub fn condition_of(posted: &feedback::Posted) -> (Verdict, Option<Duration>) {
 fn failed_verdict(error: &GitLabError) -> Verdict {
     Verdict::new(
         false,
-        gitlab::condition_reason(error),
+        error.reason(),
         format!("{error}; the apply is not affected, the status is posted again next reconcile"),
     )
 }
@@ -143,20 +139,20 @@ fn remembered_of(repo: &TenantRepository) -> Remembered {
 
 /// Before the apply: resolves the project and posts `pending` on a revision not reported yet.
 #[tracing::instrument(name = "commit_status", skip_all)]
-pub async fn before_apply(
+pub async fn pending(
     repo: &TenantRepository,
     namespace: &str,
     settings: Option<&gitlab::Settings>,
     plan: &Plan,
-) -> Feedback {
+) -> CommitStatusReport {
     let remembered = remembered_of(repo);
     let (Some(settings), Some(statuses)) = (settings, settings.and_then(|s| s.commit_status.as_ref())) else {
-        return Feedback { remembered, ..Feedback::default() };
+        return CommitStatusReport { remembered, ..CommitStatusReport::default() };
     };
-    if !super::gitlab::syncs(repo) {
-        return Feedback { remembered, ..Feedback::default() };
+    if !super::syncs(repo) {
+        return CommitStatusReport { remembered, ..CommitStatusReport::default() };
     }
-    let mut step = Feedback { active: true, remembered, ..Feedback::default() };
+    let mut step = CommitStatusReport { active: true, remembered, ..CommitStatusReport::default() };
     let Some(revision) = plan.fetched_revision.as_deref().filter(|_| outcome_relevant(plan)) else { return step };
     let target = target_of(repo, namespace, statuses, revision);
     step.target = Some(target.clone());
@@ -179,20 +175,21 @@ fn outcome_relevant(plan: &Plan) -> bool {
     plan.health.is_some()
 }
 
-/// After the apply: posts the verdict (and the refusal comment) unless already posted.
+/// After the apply: posts the verdict on what the reconcile `concluded` (and the refusal
+/// comment) unless already posted.
 #[tracing::instrument(name = "commit_status", skip_all)]
-pub async fn after_apply(
-    mut step: Feedback,
+pub async fn verdict(
+    mut step: CommitStatusReport,
     repo: &TenantRepository,
     settings: Option<&gitlab::Settings>,
-    plan: &Plan,
-) -> Feedback {
+    concluded: &Concluded,
+) -> CommitStatusReport {
     let (Some(settings), Some(target)) = (settings, step.target.clone()) else { return step };
     if step.verdict.as_ref().is_some_and(|v| !v.ok) {
         // `pending` failed: the verdict waits for the next reconcile, which tries both again.
         return step;
     }
-    let Some(outcome) = outcome_of(repo, plan) else { return step };
+    let Some(outcome) = outcome_of(repo, concluded) else { return step };
     let steps = feedback::verdict(&step.remembered, &target, &outcome);
     if steps.is_empty() {
         return step;
@@ -217,8 +214,8 @@ pub async fn after_apply(
     step
 }
 
-impl Feedback {
-    fn failed(mut self, error: &GitLabError) -> Feedback {
+impl CommitStatusReport {
+    fn failed(mut self, error: &GitLabError) -> CommitStatusReport {
         self.verdict = Some(failed_verdict(error));
         self.requeue = requeue_of(error);
         self
@@ -235,37 +232,6 @@ impl Feedback {
         self.verdict = Some(verdict);
         self.requeue = requeue;
     }
-
-    /// Writes what the step did into `status` (after [`super::next_status`]): what is
-    /// remembered in `status.gitlab` and the `CommitStatusPosted` condition; without the step
-    /// (no `spec.gitlab`, statuses off) the condition goes.
-    pub fn record(&self, status: &mut TenantRepositoryStatus, generation: Option<i64>, now: &Time) {
-        if !self.active {
-            conditions::remove(&mut status.conditions, CONDITION_TYPE);
-            return;
-        }
-        let gitlab = status.gitlab.get_or_insert_with(GitLabStatus::default);
-        gitlab.commit_status = self.remembered.commit_status.clone();
-        gitlab.commented_sha = self.remembered.commented_sha.clone();
-        if gitlab.project_id.is_none()
-            && let Some(gitlab::ProjectRef { path, id: Some(id) }) = &self.project
-        {
-            gitlab.project_id = Some(*id);
-            gitlab.project_path = Some(path.clone());
-        }
-        if let Some(v) = &self.verdict {
-            conditions::set(&mut status.conditions, CONDITION_TYPE, v.ok, &v.reason, &v.message, generation, now);
-        }
-    }
-
-    /// The plan's requeue, brought forward when posting failed for a passing reason.
-    pub fn requeue(&self, planned: Option<Duration>) -> Option<Duration> {
-        match (planned, self.requeue) {
-            (Some(planned), Some(sooner)) => Some(planned.min(sooner)),
-            (None, Some(sooner)) => Some(sooner),
-            (planned, None) => planned,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -274,24 +240,13 @@ mod tests {
     use crate::api::tenant_repository::GitLabSpec;
     use crate::problem::Problem;
 
-    fn plan(revision: Option<&str>, health: Option<Health>, applied: Option<Verdict>, problems: Vec<Problem>) -> Plan {
-        Plan {
-            health,
-            source_ready: None,
-            applied,
-            apply: None,
-            only_drifted: false,
-            unchanged: Default::default(),
-            digests: None,
-            prune: Vec::new(),
-            intent: None,
-            fetched_revision: revision.map(str::to_owned),
-            record: None,
-            requeue: None,
-            gitlab: None,
-            problems,
-            origins: Default::default(),
-        }
+    fn plan(
+        revision: Option<&str>,
+        health: Option<Health>,
+        applied: Option<Verdict>,
+        problems: Vec<Problem>,
+    ) -> Concluded {
+        Concluded { health, applied, fetched_revision: revision.map(str::to_owned), problems, ..Concluded::default() }
     }
 
     fn ready() -> Option<Health> {

@@ -5,43 +5,35 @@
 //! for), [`changes`] (the write, only of what changed: an unchanged cycle writes nothing),
 //! [`notices`] (the Events, one per occurrence) and [`stale`] (whether a SyncStatus outlived
 //! its registration or its target namespace). [`report`] reads the previous object from the
-//! controller's watch of SyncStatuses and sends the write through the one writer; a failure is
-//! returned, never raised: the apply is done already and stays as it is.
+//! controller's watch of SyncStatuses ([`SyncStatuses`]) and sends the write through the one
+//! writer; a failure is returned, never raised: the apply is done already and stays as it is
+//! (it ends in the registration's `SyncStatusWritten` condition, set by [`super::summarize`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared};
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
 use super::execute::Executed;
-use super::plan::Plan;
-use super::{APPLIED, REASON_APPLY_FAILED, REASON_PRUNE_FAILED, REASON_VALIDATION_FAILED};
+use super::outcome::Outcome;
+use crate::api::conditions::{
+    APPLIED, REASON_APPLY_FAILED, REASON_DRIFT_REPAIRED, REASON_PRUNE_FAILED, REASON_PRUNED, REASON_VALIDATION_FAILED,
+    SYNC_STATUS_WRITTEN,
+};
 use crate::api::sync_status::{LocatedProblem, RegistrationReference, SyncReport};
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
 use crate::api::{API_VERSION, SyncStatus, SyncStatusSpec, SyncStatusStatus, labels};
 use crate::apply::{Done, Write, Writer};
-use crate::controller::conditions;
-use crate::controller::events::{EventSink, Notice};
+use crate::controller::events::{self, EventSink, Notice};
 use crate::controller::tenant_text::{self, Object};
 use crate::problem::Problem;
 use crate::source::error::redact_userinfo;
 use crate::source::short_revision;
-
-/// Condition of the TenantRepository, present only while writing its SyncStatus fails
-/// (`False`, reason [`REASON_WRITE_FAILED`]); the apply is not affected.
-pub const SYNC_STATUS_WRITTEN: &str = "SyncStatusWritten";
-/// Reason of [`SYNC_STATUS_WRITTEN`] when the write was refused or could not be sent.
-pub const REASON_WRITE_FAILED: &str = "WriteFailed";
-/// Event reason: objects that left Git were deleted.
-pub const REASON_PRUNED: &str = "Pruned";
-/// Event reason: objects changed on the cluster were put back as Git says.
-pub const REASON_DRIFT_REPAIRED: &str = "DriftRepaired";
 
 /// How long a reconcile waits for the first list of the SyncStatus watch.
 const STORE_READY: Duration = Duration::from_secs(30);
@@ -50,7 +42,7 @@ const NAMED: usize = 5;
 
 /// The controller's view of the SyncStatuses (its watch), for the reconciler.
 #[derive(Clone)]
-pub struct Feedback {
+pub struct SyncStatuses {
     /// Every SyncStatus the controller manages (label `app.kubernetes.io/managed-by: cdtarget`,
     /// and the shard selector when sharded).
     pub store: Store<SyncStatus>,
@@ -61,12 +53,12 @@ pub struct Feedback {
     listed: Shared<BoxFuture<'static, bool>>,
 }
 
-impl Feedback {
+impl SyncStatuses {
     /// The reconcilers' view of `store`.
     pub fn new(store: Store<SyncStatus>) -> Self {
         let listing = store.clone();
         let listed = async move { listing.wait_until_ready().await.is_ok() }.boxed().shared();
-        Feedback { store, listed }
+        SyncStatuses { store, listed }
     }
 }
 
@@ -79,8 +71,8 @@ pub struct Inputs<'a> {
     pub platform_namespace: &'a str,
     /// Its status after this reconcile.
     pub status: &'a TenantRepositoryStatus,
-    /// The plan as executed (the revision fetched, every located problem).
-    pub plan: &'a Plan,
+    /// What the reconcile concluded (the revision fetched, every located problem, the record).
+    pub outcome: &'a Outcome,
     /// What the execution did.
     pub executed: &'a Executed,
     /// The SyncStatus as the watch holds it.
@@ -96,7 +88,7 @@ pub struct Inputs<'a> {
 /// is kept from `previous` when this one changed nothing, and so are the problems when no
 /// revision was evaluated (a failed fetch says nothing new about the tenant's documents).
 pub fn sync_status(inputs: &Inputs) -> SyncStatus {
-    let Inputs { repo, platform_namespace, status, plan, executed, previous, now } = *inputs;
+    let Inputs { repo, platform_namespace, status, outcome: plan, executed, previous, now } = *inputs;
     let before = previous.and_then(|p| p.status.clone()).unwrap_or_default();
     let mut labels: BTreeMap<String, String> = repo.labels().clone();
     labels.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());
@@ -225,17 +217,17 @@ pub fn stale(status: &SyncStatus, platform_namespace: &str, registration: Option
 /// Writes the SyncStatus of this reconcile when it changed and records the Events it calls for
 /// (regarding the SyncStatus, in the tenant namespace). The error of a failed write is returned
 /// for the registration's conditions; nothing is undone.
-pub async fn report(
-    feedback: &Feedback,
+pub async fn update(
+    statuses: &SyncStatuses,
     writer: &Writer,
     recorder: Option<&EventSink>,
     inputs: Inputs<'_>,
 ) -> Result<(), String> {
-    if tokio::time::timeout(STORE_READY, feedback.listed.clone()).await != Ok(true) {
+    if tokio::time::timeout(STORE_READY, statuses.listed.clone()).await != Ok(true) {
         return Err("the controller's watch of SyncStatuses has not listed them yet".into());
     }
     let key = ObjectRef::<SyncStatus>::new(&inputs.repo.name_any()).within(&inputs.repo.spec.target_namespace);
-    let previous = feedback.store.get(&key);
+    let previous = statuses.store.get(&key);
     let inputs = Inputs { previous: previous.as_deref(), ..inputs };
     let next = sync_status(&inputs);
     let (written, written_uid) = match changes(previous.as_deref(), &next) {
@@ -246,39 +238,15 @@ pub async fn report(
         },
         None => (Ok(()), None),
     };
-    let regarding = ObjectReference {
-        api_version: Some(API_VERSION.into()),
-        kind: Some("SyncStatus".into()),
-        namespace: next.namespace(),
-        name: Some(next.name_any()),
-        // A SyncStatus created by this very reconcile is not in the watch's store yet.
-        uid: previous.as_ref().and_then(|p| p.uid()).or(written_uid),
-        ..ObjectReference::default()
-    };
+    // The Events regard the SyncStatus; one created by this very reconcile is not in the
+    // watch's store yet, so its uid is the write's.
+    let mut regarding = SyncStatus::new(&next.name_any(), next.spec.clone());
+    regarding.metadata.namespace = next.namespace();
+    regarding.metadata.uid = previous.as_ref().and_then(|p| p.uid()).or(written_uid);
     for notice in notices(previous.as_deref(), &next, inputs.executed) {
-        crate::controller::events::publish_notice(recorder, &regarding, notice).await;
+        events::publish(recorder, &regarding, Some(notice)).await;
     }
     written
-}
-
-/// Sets or clears [`SYNC_STATUS_WRITTEN`] on `status` after [`report`].
-pub fn record_outcome(status: &mut TenantRepositoryStatus, outcome: &Result<(), String>, now: &Time) {
-    match outcome {
-        Ok(()) => conditions::remove(&mut status.conditions, SYNC_STATUS_WRITTEN),
-        Err(message) => {
-            let message = format!("writing the SyncStatus in the tenant namespace (retried): {message}");
-            let generation = status.observed_generation;
-            conditions::set(
-                &mut status.conditions,
-                SYNC_STATUS_WRITTEN,
-                false,
-                REASON_WRITE_FAILED,
-                &message,
-                generation,
-                now,
-            );
-        }
-    }
 }
 
 fn describe_ref(git_ref: &crate::api::tenant_repository::GitRef) -> String {
@@ -356,8 +324,8 @@ mod tests {
     #[tokio::test]
     async fn every_reconcile_waiting_for_the_first_list_goes_on_once_it_is_done() {
         let (store, mut reflected) = kube::runtime::reflector::store::<SyncStatus>();
-        let feedback = Feedback::new(store);
-        let waiters: Vec<_> = (0..5).map(|_| tokio::spawn(feedback.listed.clone())).collect();
+        let statuses = SyncStatuses::new(store);
+        let waiters: Vec<_> = (0..5).map(|_| tokio::spawn(statuses.listed.clone())).collect();
         tokio::task::yield_now().await; // every waiter is parked on the store
         assert!(waiters.iter().all(|w| !w.is_finished()));
         reflected.apply_watcher_event(&kube::runtime::watcher::Event::Init);
@@ -371,10 +339,14 @@ mod tests {
             assert!(waiter.await.unwrap());
         }
     }
+    use crate::api::conditions::{READY, REASON_INVALID_POLICY, REASON_SUCCEEDED, STALLED};
     use crate::controller::conditions::Health;
     use crate::controller::conditions::Verdict;
-    use crate::controller::tenant_repository::status::next_status;
-    use crate::controller::tenant_repository::{REASON_INVALID_POLICY, REASON_SUCCEEDED, Record};
+    use crate::controller::tenant_repository::outcome::outcome;
+    use crate::controller::tenant_repository::plan::{Plan, Record};
+    use crate::controller::tenant_repository::report::Report;
+    use crate::controller::tenant_repository::summarize::summarize;
+    use crate::controller::tenant_repository::wait::Waited;
 
     const PLATFORM: &str = "cdtarget-system";
 
@@ -403,22 +375,14 @@ mod tests {
             }),
             source_ready: Some(Verdict::new(true, REASON_SUCCEEDED, format!("fetched revision {revision}"))),
             applied: Some(Verdict::new(ok, reason, message)),
-            apply: None,
-            only_drifted: false,
-            unchanged: Default::default(),
-            digests: None,
-            prune: Vec::new(),
-            intent: None,
             fetched_revision: Some(revision.into()),
             record: ok.then(|| Record {
                 revision: revision.into(),
                 digest: "d".into(),
                 inventory: vec![entry("ConfigMap", "settings")],
             }),
-            requeue: None,
-            gitlab: None,
             problems,
-            origins: Default::default(),
+            ..Plan::default()
         }
     }
 
@@ -431,9 +395,17 @@ mod tests {
         previous: Option<&SyncStatus>,
         now: i64,
     ) -> (SyncStatus, TenantRepository) {
-        let status = next_status(repo, plan, None, &at(now));
-        let inputs =
-            Inputs { repo, platform_namespace: PLATFORM, status: &status, plan, executed, previous, now: &at(now) };
+        let status = summarize(repo, plan, &Report::default(), &at(now));
+        let outcome = outcome(repo, plan, &Executed::default(), &Waited::default());
+        let inputs = Inputs {
+            repo,
+            platform_namespace: PLATFORM,
+            status: &status,
+            outcome: &outcome,
+            executed,
+            previous,
+            now: &at(now),
+        };
         let next = sync_status(&inputs);
         let mut repo = repo.clone();
         repo.status = Some(status);
@@ -606,7 +578,7 @@ mod tests {
         invalid_policy.record = None;
         let (next, registration) = reconcile(&repo, &invalid_policy, &Executed::default(), None, 100);
         let conditions = next.status.unwrap().conditions;
-        for kind in [conditions::READY, conditions::STALLED, APPLIED] {
+        for kind in [READY, STALLED, APPLIED] {
             let condition = conditions.iter().find(|c| c.type_ == kind).unwrap();
             assert_eq!(condition.reason, REASON_INVALID_POLICY);
             assert_eq!(condition.message, tenant_text::PLATFORM_CONFIGURATION, "{kind}");
@@ -626,15 +598,5 @@ mod tests {
         assert!(stale(&status, PLATFORM, Some(&moved)), "registration now targets team-b");
         // Another installation's (another platform namespace): never touched.
         assert!(!stale(&status, "other-platform", None));
-    }
-
-    #[test]
-    fn the_registrations_feedback_condition_is_only_there_while_the_write_fails() {
-        let mut status = TenantRepositoryStatus::default();
-        record_outcome(&mut status, &Err("syncstatuses is forbidden".into()), &at(1));
-        let condition = status.conditions.iter().find(|c| c.type_ == SYNC_STATUS_WRITTEN).unwrap();
-        assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", REASON_WRITE_FAILED));
-        record_outcome(&mut status, &Ok(()), &at(2));
-        assert!(status.conditions.is_empty());
     }
 }

@@ -1,0 +1,248 @@
+//! The vocabulary of the controller's status: every condition type and every reason it sets, on
+//! a TenantRepository and on a CDTarget, and the reasons of the Events it records besides those
+//! of `Ready`. Defined here, beside the API types, and nowhere else; [`reasons`] lists which
+//! reasons each condition type takes, and a test checks the tables of `docs/operations.md`
+//! against it.
+//!
+//! Errors that end in a condition say their reason through [`crate::error::Reason`]; the fetch
+//! and GitLab errors' reasons are listed here as [`FETCH_REASONS`] and [`GITLAB_ERROR_REASONS`].
+
+use std::collections::BTreeSet;
+
+// === condition types ===
+
+/// `Ready` (kstatus): the object is reconciled and what it describes is in place.
+pub const READY: &str = "Ready";
+/// `Reconciling` (kstatus): work is under way or will be retried.
+pub const RECONCILING: &str = "Reconciling";
+/// `Stalled` (kstatus): nothing will change until someone fixes the spec or a referenced object.
+pub const STALLED: &str = "Stalled";
+/// TenantRepository: the repository was fetched at the requested ref.
+pub const SOURCE_READY: &str = "SourceReady";
+/// TenantRepository: the whole set of the fetched revision is applied. CDTarget: the children
+/// are applied (what `Ready` said before agents counted).
+pub const APPLIED: &str = "Applied";
+/// TenantRepository with `spec.gitlab`: the deploy key and webhook are on the GitLab project.
+pub const GITLAB_SYNCED: &str = "GitLabSynced";
+/// TenantRepository with `spec.gitlab`: the commit status of the revision evaluated last is on
+/// GitLab.
+pub const COMMIT_STATUS_POSTED: &str = "CommitStatusPosted";
+/// TenantRepository: present only while writing its SyncStatus fails (`False`,
+/// [`REASON_WRITE_FAILED`]); the apply is not affected.
+pub const SYNC_STATUS_WRITTEN: &str = "SyncStatusWritten";
+
+// === reasons of both kinds ===
+
+/// The registration (its ref, interval, timeouts, Secret content), or the CDTarget, breaks a
+/// rule; every problem is in the message.
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+/// A Secret the object needs does not exist (yet): the registration's credentials Secret, a
+/// Secret a CDTarget references (or the token key in it).
+pub const REASON_SECRET_NOT_FOUND: &str = "SecretNotFound";
+/// The platform policy ConfigMap cannot be read as a policy.
+pub const REASON_INVALID_POLICY: &str = "InvalidPolicy";
+
+// === TenantRepository reasons ===
+
+/// The step succeeded (`SourceReady`, `Applied`, `Ready`).
+pub const REASON_SUCCEEDED: &str = "Succeeded";
+/// A document of the fetched revision breaks a rule; every problem is listed.
+pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
+/// The API server refused an object of the set.
+pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
+/// The set was applied but an object that left Git could not be deleted.
+pub const REASON_PRUNE_FAILED: &str = "PruneFailed";
+/// `spec.suspend` is set; nothing is fetched or applied (`Ready` only).
+pub const REASON_SUSPENDED: &str = "Suspended";
+/// `spec.wait`: what was applied is not healthy yet; checked again shortly.
+pub const REASON_HEALTH_CHECK_PENDING: &str = "HealthCheckPending";
+/// `spec.wait`: what was applied did not become healthy within `spec.wait.timeout`, or an
+/// object of it failed.
+pub const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
+/// `GitLabSynced=True`: key and hook are as wanted.
+pub const REASON_SYNCED: &str = "Synced";
+/// `GitLabSynced=False`: the registration has `spec.gitlab` but the controller runs without
+/// `--gitlab-url` (and its companions).
+pub const REASON_GITLAB_NOT_CONFIGURED: &str = "GitLabNotConfigured";
+/// `GitLabSynced=False`: reading the Secrets or writing the finalizer or the key pair Secret in
+/// the cluster failed (e.g. missing RBAC); retried.
+pub const REASON_CLUSTER_ERROR: &str = "ClusterError";
+/// `GitLabSynced=False` while a deleted registration's key and hook cannot be removed yet.
+pub const REASON_CLEANUP_PENDING: &str = "CleanupPending";
+/// `CommitStatusPosted=True`.
+pub const REASON_POSTED: &str = "Posted";
+/// `SyncStatusWritten=False`: the SyncStatus write was refused or could not be sent.
+pub const REASON_WRITE_FAILED: &str = "WriteFailed";
+
+/// Why a fetch failed (`SourceReady=False`): [`crate::source::FailureKind`]'s reasons.
+pub const FETCH_REASONS: &[&str] = &[
+    "AuthenticationFailed",
+    "HostKeyMismatch",
+    "HostKeyUnknown",
+    "CertificateInvalid",
+    "RefNotFound",
+    "Unreachable",
+    "Timeout",
+    "TooLarge",
+    "SnapshotTooLarge",
+    "CacheTooLarge",
+    "UnsafeTree",
+    "RedirectRefused",
+    "CorruptCache",
+    "InvalidRequest",
+    "GitError",
+];
+
+/// Why a GitLab call failed (`GitLabSynced=False`, `CommitStatusPosted=False`):
+/// [`crate::gitlab::ErrorKind`]'s reasons.
+pub const GITLAB_ERROR_REASONS: &[&str] = &[
+    "GitLabUnauthorized",
+    "GitLabInsufficientScope",
+    "GitLabNotMaintainer",
+    "GitLabStatusForbidden",
+    "GitLabProjectNotFound",
+    "DeployKeyInUse",
+    "GitLabObjectGone",
+    "GitLabRejected",
+    "GitLabRateLimited",
+    "GitLabUnavailable",
+    "GitLabInvalidResponse",
+    "GitLabConfigInvalid",
+];
+
+// === CDTarget reasons ===
+
+/// Every child was applied (and, on `Ready`, the agents are available).
+pub const REASON_APPLIED: &str = "Applied";
+/// Children applied, but as a plain Deployment because KEDA is not installed.
+pub const REASON_KEDA_NOT_INSTALLED: &str = "KedaNotInstalled";
+/// The API server refused a request; retried with back-off.
+pub const REASON_API_ERROR: &str = "ApiError";
+/// An object with a child's kind and name exists and is not controlled by this CDTarget;
+/// nothing is written.
+pub const REASON_NAME_CONFLICT: &str = "NameConflict";
+/// A referenced Secret is a ServiceAccount token, or the namespace's tenant identity may not
+/// read it (or a referenced ConfigMap, when no Secret is refused).
+pub const REASON_SECRET_NOT_ALLOWED: &str = "SecretNotAllowed";
+/// A referenced ConfigMap cannot be read by the namespace's tenant identity.
+pub const REASON_CONFIG_MAP_NOT_ALLOWED: &str = "ConfigMapNotAllowed";
+/// Fewer agents are available than `minReplicaCount`, or the Deployment has not observed its
+/// current template yet.
+pub const REASON_AGENTS_NOT_AVAILABLE: &str = "AgentsNotAvailable";
+/// KEDA has not reported the ScaledObject `Ready`.
+pub const REASON_SCALED_OBJECT_NOT_READY: &str = "ScaledObjectNotReady";
+/// The Deployment's rollout exceeded its progress deadline (`Progressing=False`,
+/// `ProgressDeadlineExceeded`); a person has to look at the agents.
+pub const REASON_ROLLOUT_FAILED: &str = "RolloutFailed";
+
+// === Event reasons (besides those of `Ready`, which every change of `Ready` records) ===
+
+/// Tenant Event: objects that left Git were deleted.
+pub const REASON_PRUNED: &str = "Pruned";
+/// Tenant Event: objects changed on the cluster were put back as Git says.
+pub const REASON_DRIFT_REPAIRED: &str = "DriftRepaired";
+/// Event on a registration whose deletion released the finalizer without contacting GitLab.
+pub const REASON_GITLAB_CLEANUP_SKIPPED: &str = "GitLabCleanupSkipped";
+
+/// Every Event reason that is not a reason of `Ready`.
+pub const EVENT_REASONS: &[&str] = &[REASON_PRUNED, REASON_DRIFT_REPAIRED, REASON_GITLAB_CLEANUP_SKIPPED];
+
+/// Which object a condition is set on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A TenantRepository (a registration).
+    TenantRepository,
+    /// A CDTarget.
+    CDTarget,
+}
+
+/// Every condition type `kind` carries, with every reason it may take.
+pub fn reasons(kind: Kind) -> Vec<(&'static str, Vec<&'static str>)> {
+    match kind {
+        Kind::TenantRepository => {
+            let source: Vec<&str> =
+                [REASON_SUCCEEDED, REASON_INVALID_SPEC, REASON_SECRET_NOT_FOUND].into_iter().chain(fetch()).collect();
+            let applied = vec![
+                REASON_SUCCEEDED,
+                REASON_VALIDATION_FAILED,
+                REASON_INVALID_POLICY,
+                REASON_APPLY_FAILED,
+                REASON_PRUNE_FAILED,
+            ];
+            // `Ready` carries the reason of whichever step decided it.
+            let ready: Vec<&str> = source
+                .iter()
+                .chain(&applied)
+                .copied()
+                .chain([REASON_SUSPENDED, REASON_HEALTH_CHECK_PENDING, REASON_HEALTH_CHECK_FAILED])
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let gitlab_synced: Vec<&str> =
+                [REASON_SYNCED, REASON_GITLAB_NOT_CONFIGURED, REASON_CLUSTER_ERROR, REASON_CLEANUP_PENDING]
+                    .into_iter()
+                    .chain(gitlab())
+                    .collect();
+            let posted: Vec<&str> = [REASON_POSTED].into_iter().chain(gitlab()).collect();
+            vec![
+                (READY, ready.clone()),
+                (RECONCILING, ready.clone()),
+                (STALLED, ready),
+                (SOURCE_READY, source),
+                (APPLIED, applied),
+                (GITLAB_SYNCED, gitlab_synced),
+                (COMMIT_STATUS_POSTED, posted),
+                (SYNC_STATUS_WRITTEN, vec![REASON_WRITE_FAILED]),
+            ]
+        }
+        Kind::CDTarget => {
+            let applied = vec![
+                REASON_APPLIED,
+                REASON_KEDA_NOT_INSTALLED,
+                REASON_INVALID_SPEC,
+                REASON_INVALID_POLICY,
+                REASON_SECRET_NOT_FOUND,
+                REASON_API_ERROR,
+                REASON_NAME_CONFLICT,
+                REASON_SECRET_NOT_ALLOWED,
+                REASON_CONFIG_MAP_NOT_ALLOWED,
+            ];
+            let ready: Vec<&str> = applied
+                .iter()
+                .copied()
+                .chain([REASON_AGENTS_NOT_AVAILABLE, REASON_SCALED_OBJECT_NOT_READY, REASON_ROLLOUT_FAILED])
+                .collect();
+            vec![(READY, ready.clone()), (RECONCILING, ready.clone()), (STALLED, ready), (APPLIED, applied)]
+        }
+    }
+}
+
+/// Every condition reason the controller sets, on either kind.
+pub fn all_reasons() -> BTreeSet<&'static str> {
+    [Kind::TenantRepository, Kind::CDTarget].into_iter().flat_map(reasons).flat_map(|(_, reasons)| reasons).collect()
+}
+
+fn fetch() -> impl Iterator<Item = &'static str> {
+    FETCH_REASONS.iter().copied()
+}
+
+fn gitlab() -> impl Iterator<Item = &'static str> {
+    GITLAB_ERROR_REASONS.iter().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_unique_per_condition_type_and_no_event_reason_is_a_condition_reason() {
+        for kind in [Kind::TenantRepository, Kind::CDTarget] {
+            for (condition, reasons) in reasons(kind) {
+                let unique: BTreeSet<_> = reasons.iter().collect();
+                assert_eq!(unique.len(), reasons.len(), "{kind:?} {condition}: {reasons:?}");
+            }
+        }
+        let all = all_reasons();
+        assert!(EVENT_REASONS.iter().all(|r| !all.contains(r)));
+    }
+}
