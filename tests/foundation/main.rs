@@ -17,6 +17,7 @@ mod kustomize;
 mod layout;
 mod lints;
 mod properties;
+mod reasons;
 mod support;
 mod tenancy;
 mod tree;
