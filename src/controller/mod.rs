@@ -1,10 +1,12 @@
 //! The controller: the TenantRepository and CDTarget reconcilers and the process that runs them.
 //!
 //! - [`tenant_repository`] and [`cdtarget`]: one folder per reconciler, one file per step
-//!   (observe, plan, execute, status), run in order by the reconciler's `reconcile`.
+//!   (observe, plan, execute, status, and the TenantRepository's wait, GitLab phases, SyncStatus
+//!   and summarize), run in order by the reconciler's `reconcile`.
 //! - [`inputs`]: what every reconcile reads that is not its own object (the policy, parsed
 //!   once per change; whether KEDA is installed).
-//! - [`conditions`] and [`events`]: how an outcome is reported (kstatus conditions, Events);
+//! - [`conditions`] and [`events`]: how an outcome is reported (kstatus conditions, whose types
+//!   and reasons are [`crate::api::conditions`]'s; Events, through one publisher);
 //!   [`tenant_text`]: what of it a tenant reads.
 //! - [`process`]: the wiring of `cdtarget controller` (flags, watches, leader election, KEDA
 //!   discovery, shutdown) and the builder the end-to-end tests start it through.

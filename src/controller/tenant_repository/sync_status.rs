@@ -4,7 +4,7 @@
 //! The decisions are plain functions over data: [`sync_status`] (the object a reconcile calls
 //! for), [`changes`] (the write, only of what changed: an unchanged cycle writes nothing),
 //! [`notices`] (the Events, one per occurrence) and [`stale`] (whether a SyncStatus outlived
-//! its registration or its target namespace). [`report`] reads the previous object from the
+//! its registration or its target namespace). [`update`] reads the previous object from the
 //! controller's watch of SyncStatuses ([`SyncStatuses`]) and sends the write through the one
 //! writer; a failure is returned, never raised: the apply is done already and stays as it is
 //! (it ends in the registration's `SyncStatusWritten` condition, set by [`super::summarize`]).
