@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::source::error::redact_userinfo;
+use crate::text::redact_userinfo;
 
 /// `Ready`: the object is reconciled and what it describes is in place.
 pub const READY: &str = "Ready";

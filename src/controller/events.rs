@@ -66,7 +66,7 @@ impl Notice {
 
     /// The note as recorded: no URL userinfo, at most [`MAX_NOTE`] bytes (and an ellipsis).
     pub fn recorded_note(&self) -> String {
-        bounded(crate::source::error::redact_userinfo(&self.note))
+        bounded(crate::text::redact_userinfo(&self.note))
     }
 }
 
@@ -119,7 +119,7 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
         type_: if transition.warning { EventType::Warning } else { EventType::Normal },
         reason: transition.reason,
         // Already clean when it comes from a condition; an Event is kept for an hour: be sure.
-        note: Some(crate::source::error::redact_userinfo(&transition.note)),
+        note: Some(crate::text::redact_userinfo(&transition.note)),
         action: "Reconcile".into(),
         secondary: None,
     };

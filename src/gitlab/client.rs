@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::error::{ErrorKind, GitLabError};
-use crate::source::short_revision;
+use crate::text::short_revision;
 
 /// Items asked for per page: GitLab's maximum.
 pub const PER_PAGE: usize = 100;
@@ -1215,7 +1215,7 @@ fn api_url(base: &str) -> Result<Url, GitLabError> {
             ErrorKind::InvalidConfig,
             format!(
                 "GitLab URL `{}` {why}; expected e.g. https://gitlab.example.com",
-                crate::source::error::redact_userinfo(base)
+                crate::text::redact_userinfo(base)
             ),
         )
     };

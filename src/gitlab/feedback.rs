@@ -19,8 +19,8 @@ use super::client::{
 use super::error::{ErrorKind, GitLabError};
 use crate::api::tenant_repository::PostedCommitStatus;
 use crate::problem::Problem;
-use crate::source::error::redact_userinfo;
-use crate::source::short_revision;
+use crate::text::redact_userinfo;
+use crate::text::short_revision;
 
 /// The default status name: one per registration, so that two registrations of one repository
 /// never update each other's record.

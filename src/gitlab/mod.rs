@@ -212,7 +212,7 @@ pub fn project_of(registration: &TenantRepository) -> Result<ProjectRef, GitLabE
         None => project_path_from_url(&spec.url).ok_or_else(|| {
             invalid(format!(
                 "cannot derive the GitLab project from `{}`; set spec.gitlab.project (`group/project`)",
-                crate::source::error::redact_userinfo(&spec.url)
+                crate::text::redact_userinfo(&spec.url)
             ))
         })?,
     };

@@ -214,12 +214,6 @@ impl Snapshot {
     }
 }
 
-/// The first 12 characters of a commit SHA, as messages, Events and GitLab texts show it (the
-/// whole text when shorter).
-pub fn short_revision(sha: &str) -> &str {
-    sha.get(..12).unwrap_or(sha)
-}
-
 /// The components of a relative path inside a snapshot (`.` and empty components dropped), or
 /// why it cannot be one.
 pub fn path_components(path: &str) -> Result<Vec<&str>, &'static str> {

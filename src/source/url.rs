@@ -1,6 +1,7 @@
 //! The parts of a repository URL the source needs: scheme, user, host and port.
 
-use super::error::{FailureKind, SourceError, redact_userinfo};
+use super::error::{FailureKind, SourceError};
+use crate::text::redact_userinfo;
 
 /// A parsed `ssh://`, `https://`, `http://`, `git://` or `file://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -30,8 +30,8 @@ use crate::controller::conditions;
 use crate::controller::events::{EventSink, Notice};
 use crate::controller::tenant_text::{self, Object};
 use crate::problem::Problem;
-use crate::source::error::redact_userinfo;
-use crate::source::short_revision;
+use crate::text::redact_userinfo;
+use crate::text::short_revision;
 
 /// Condition of the TenantRepository, present only while writing its SyncStatus fails
 /// (`False`, reason [`REASON_WRITE_FAILED`]); the apply is not affected.
