@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use super::order::{self, SortOrder};
 use crate::problem::{Problem, Problems};
 
 /// `apiVersion` of a `Kustomization`.
@@ -80,20 +81,6 @@ pub struct Kustomization {
     pub sort: Option<SortOrder>,
     /// The whole document.
     pub raw: Value,
-}
-
-/// `sortOptions`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SortOrder {
-    /// `order: legacy`, with kustomize's kind lists or the ones given.
-    Legacy {
-        /// `legacySortOptions.orderFirst`.
-        first: Vec<String>,
-        /// `legacySortOptions.orderLast`.
-        last: Vec<String>,
-    },
-    /// `order: fifo`: the order the build accumulated.
-    Fifo,
 }
 
 /// The longest `namePrefix` or `nameSuffix`: a name keeps at least one character of its own within
@@ -244,7 +231,7 @@ fn sort_options(options: &Value, problems: &mut Problems) -> Option<SortOrder> {
         }
         Some("fifo") => Some(SortOrder::Fifo),
         Some("legacy") => match legacy {
-            None => Some(SortOrder::Legacy { first: kinds(super::order::FIRST), last: kinds(super::order::LAST) }),
+            None => Some(SortOrder::Legacy { first: kinds(order::FIRST), last: kinds(order::LAST) }),
             Some(Value::Object(lists)) => {
                 for key in lists.keys().filter(|k| *k != "orderFirst" && *k != "orderLast") {
                     problems.push(

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::model::SortOrder;
 use crate::kustomize::resource::Resource;
 
 /// The kinds kustomize puts first, in this order.
@@ -39,6 +38,20 @@ pub const FIRST: &[&str] = &[
 
 /// The kinds kustomize puts last, in this order.
 pub const LAST: &[&str] = &["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"];
+
+/// `sortOptions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SortOrder {
+    /// `order: legacy`, with kustomize's kind lists or the ones given.
+    Legacy {
+        /// `legacySortOptions.orderFirst`.
+        first: Vec<String>,
+        /// `legacySortOptions.orderLast`.
+        last: Vec<String>,
+    },
+    /// `order: fifo`: the order the build accumulated.
+    Fifo,
+}
 
 /// What an object is sorted by.
 struct Key {
