@@ -422,8 +422,9 @@ impl Writer {
     }
 }
 
-/// The observer's verb of a server-side dry-run request ([`Writer::dry_run`]).
-pub const DRY_RUN: &str = "dry-run";
+/// The observer's verb of a server-side dry-run request ([`Writer::dry_run`]): telemetry's
+/// label, which counts it apart from writes.
+pub use crate::telemetry::DRY_RUN;
 
 /// [`ApplyError::verb`] of a refused status write.
 pub const WRITING_STATUS: &str = "writing the status of";
