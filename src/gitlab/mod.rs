@@ -5,7 +5,8 @@
 //! - [`plan`]: the pure decision, listings in, calls out;
 //! - [`executor`]: runs a plan;
 //! - [`keys`]: ed25519 key pairs and fingerprints;
-//! - [`feedback`]: commit statuses and the refusal comment on the revisions evaluated.
+//! - [`commit_status`]: commit statuses and the refusal comment on the revisions evaluated,
+//!   and GitLab's rules for their text.
 //!
 //! The controller (and `cdtarget gitlab-sync`) builds a [`SyncInput`] with
 //! [`SyncInput::for_registration`], then calls [`sync`] (or [`remove`] under the finalizer),
@@ -13,9 +14,9 @@
 //! [`REASON_SYNCED`] or [`condition_reason`]. See `docs/gitlab.md`.
 
 pub mod client;
+pub mod commit_status;
 pub mod error;
 pub mod executor;
-pub mod feedback;
 pub mod keys;
 pub mod plan;
 pub mod settings;
@@ -23,8 +24,8 @@ pub mod settings;
 use futures::StreamExt;
 
 pub use client::{ClientConfig, ClientStats, Clock, GitLabClient, RetryPolicy, Secret, SystemClock};
+pub use commit_status::StatusSettings;
 pub use error::{ErrorKind, GitLabError, condition_reason};
-pub use feedback::StatusSettings;
 pub use plan::{Call, Desired, DesiredHook, DesiredKey, Ownership, Plan};
 pub use settings::Settings;
 

@@ -5,7 +5,7 @@
 //! revision again sends nothing.
 //!
 //! The decisions are plain functions ([`target_of`], [`outcome_of`], [`condition_of`]) and
-//! [`crate::gitlab::feedback`]'s; GitLab being down or refusing never blocks or undoes the
+//! [`crate::gitlab::commit_status`]'s; GitLab being down or refusing never blocks or undoes the
 //! apply: it ends in the `CommitStatusPosted` condition and is tried again next reconcile.
 
 use std::time::Duration;
@@ -19,7 +19,7 @@ use crate::api::tenant_repository::{GitLabStatus, TenantRepository, TenantReposi
 use crate::controller::conditions::{self, Health, Verdict};
 use crate::controller::tenant_text::{self, Object};
 use crate::error::{Class, Classify};
-use crate::gitlab::feedback::{self, Outcome, Remembered, Step, Target, Vars};
+use crate::gitlab::commit_status::{self as feedback, Outcome, Remembered, Step, Target, Vars};
 use crate::gitlab::{self, GitLabError};
 
 /// Condition: the commit status of the revision evaluated last is on GitLab.

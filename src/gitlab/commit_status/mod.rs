@@ -13,9 +13,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::client::{
-    CommentPosted, CommitState, GitLabClient, MAX_NOTE_CHARS, StatusParams, StatusPosted, acceptable_target_url,
-};
+pub(crate) mod text;
+
+use self::text::{MAX_NOTE_CHARS, MAX_STATUS_FIELD_CHARS, acceptable_target_url, cut_chars, single_line};
+use super::client::{CommentPosted, CommitState, GitLabClient, StatusParams, StatusPosted};
 use super::error::{ErrorKind, GitLabError};
 use crate::api::tenant_repository::PostedCommitStatus;
 use crate::problem::Problem;
@@ -257,12 +258,12 @@ pub fn verdict(remembered: &Remembered, target: &Target, outcome: &Outcome) -> V
 /// `description` as GitLab takes it: URL userinfo redacted, one line, at most 255 characters,
 /// an ellipsis when cut.
 pub fn cut_description(description: &str) -> String {
-    let line = super::client::single_line(&redact_userinfo(description));
+    let line = single_line(&redact_userinfo(description));
     let line = line.trim();
-    if line.chars().count() <= super::client::MAX_STATUS_FIELD_CHARS {
+    if line.chars().count() <= MAX_STATUS_FIELD_CHARS {
         return line.to_owned();
     }
-    format!("{}…", super::client::cut_chars(line, super::client::MAX_STATUS_FIELD_CHARS - 1))
+    format!("{}…", cut_chars(line, MAX_STATUS_FIELD_CHARS - 1))
 }
 
 /// The hidden line that marks the refusal comment of a registration on a revision.
