@@ -15,11 +15,11 @@
 
 pub mod client;
 pub mod commit_status;
-pub mod error;
+pub(crate) mod error;
 pub mod executor;
 pub mod keys;
-pub mod plan;
-pub mod settings;
+pub(crate) mod plan;
+pub(crate) mod settings;
 
 use futures::StreamExt;
 
@@ -200,7 +200,7 @@ impl SyncInput {
 
 /// The GitLab project of `registration`: `spec.gitlab.project`, else the path of its URL; the id
 /// from `status.gitlab` when it was resolved from the same path.
-pub fn project_of(registration: &TenantRepository) -> Result<ProjectRef, GitLabError> {
+pub(crate) fn project_of(registration: &TenantRepository) -> Result<ProjectRef, GitLabError> {
     let invalid = |message: String| GitLabError::new(ErrorKind::InvalidConfig, message);
     let spec = &registration.spec;
     let gitlab = spec.gitlab.as_ref().ok_or_else(|| {
@@ -251,7 +251,7 @@ pub fn receiver_url(external_url: &str, path: &str) -> Result<String, GitLabErro
 /// `https://host/group/app.git` and `git@host:group/app.git` all give `group/app`. `None` when
 /// there is no path of at least two segments (a GitLab under a relative URL needs
 /// `spec.gitlab.project`).
-pub fn project_path_from_url(url: &str) -> Option<String> {
+pub(crate) fn project_path_from_url(url: &str) -> Option<String> {
     let path = match url.split_once("://") {
         Some((_, rest)) => rest.split_once('/')?.1,
         None => url.split_once(':')?.1,
@@ -262,7 +262,7 @@ pub fn project_path_from_url(url: &str) -> Option<String> {
 }
 
 /// The project's numeric id: the known one, else `GET /projects/<encoded path>` once.
-pub async fn resolve_project(client: &GitLabClient, project: &ProjectRef) -> Result<i64, GitLabError> {
+pub(crate) async fn resolve_project(client: &GitLabClient, project: &ProjectRef) -> Result<i64, GitLabError> {
     match project.id {
         Some(id) => Ok(id),
         None => Ok(client.project(&project.path).await?.id),

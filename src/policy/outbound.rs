@@ -19,7 +19,7 @@ use super::address::{self, Rules, Use};
 use crate::text::redact_url_userinfo;
 
 /// The longest URL accepted.
-pub const MAX_URL_LEN: usize = crate::api::cdtarget::limits::URL_BYTES;
+pub(crate) const MAX_URL_LEN: usize = crate::api::cdtarget::limits::URL_BYTES;
 
 /// One entry of the policy's `agents.allowedUrlHosts`.
 #[derive(Clone, Debug, PartialEq, Eq)]

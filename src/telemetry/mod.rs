@@ -8,10 +8,10 @@
 //!
 //! Telemetry imports nothing of the crate: every floor may count into it.
 
-pub mod logging;
-pub mod metrics;
-pub mod process;
-pub mod server;
+pub(crate) mod logging;
+pub(crate) mod metrics;
+pub(crate) mod process;
+pub(crate) mod server;
 
 pub use logging::{LogFormat, init_logging, subscriber};
 pub use metrics::{

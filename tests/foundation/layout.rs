@@ -222,7 +222,7 @@ fn use_tree(chars: &[char], at: &mut usize, prefix: Vec<String>) -> Vec<Vec<Stri
             return vec![path];
         }
         let segment: String = chars[start..*at].iter().collect();
-        if !(segment == "self" && !path.is_empty()) {
+        if segment != "self" || path.is_empty() {
             path.push(segment);
         }
         let mut after = *at;

@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::error::{ErrorKind, GitLabError};
 
 /// Items asked for per page: GitLab's maximum.
-pub const PER_PAGE: usize = 100;
+pub(crate) const PER_PAGE: usize = 100;
 /// Pages read from one listing at most (10,000 items): a guard against a server that never ends.
 const MAX_PAGES: usize = 100;
 
@@ -89,7 +89,7 @@ struct Inner {
 
 /// Receives the method and outcome of every call, after the client's retries (the failure's
 /// class, never its message).
-pub type RequestObserver = Arc<dyn Fn(&str, Result<(), ErrorKind>) + Send + Sync>;
+pub(crate) type RequestObserver = Arc<dyn Fn(&str, Result<(), ErrorKind>) + Send + Sync>;
 
 impl fmt::Debug for GitLabClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -604,7 +604,7 @@ fn transport_error(what: &str, error: &reqwest::Error) -> GitLabError {
 
 /// The error text of a GitLab body: `message` (a string or an object of field errors) or
 /// `error` (+ `error_description`), else the text itself, shortened.
-pub fn error_text(body: &[u8]) -> String {
+pub(crate) fn error_text(body: &[u8]) -> String {
     let text = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(fields)) => match (fields.get("message"), fields.get("error")) {
             (Some(Value::String(message)), _) => message.clone(),

@@ -4,12 +4,12 @@
 use reqwest::Url;
 
 /// GitLab's longest commit status `description` and `target_url`, in characters.
-pub const MAX_STATUS_FIELD_CHARS: usize = 255;
+pub(crate) const MAX_STATUS_FIELD_CHARS: usize = 255;
 /// GitLab's longest note, in characters.
-pub const MAX_NOTE_CHARS: usize = 1_000_000;
+pub(crate) const MAX_NOTE_CHARS: usize = 1_000_000;
 /// `text` cut to at most `max` characters (code points, as GitLab counts), on a character
 /// boundary.
-pub fn cut_chars(text: &str, max: usize) -> String {
+pub(crate) fn cut_chars(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((end, _)) => text[..end].to_owned(),
         None => text.to_owned(),
@@ -17,13 +17,13 @@ pub fn cut_chars(text: &str, max: usize) -> String {
 }
 
 /// `text` on one line: line breaks and other control characters become spaces.
-pub fn single_line(text: &str) -> String {
+pub(crate) fn single_line(text: &str) -> String {
     text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 /// `url` trimmed when GitLab accepts it as a `target_url`: `http`/`https` with a host, no
 /// userinfo, no line break, at most [`MAX_STATUS_FIELD_CHARS`] characters.
-pub fn acceptable_target_url(url: &str) -> Option<String> {
+pub(crate) fn acceptable_target_url(url: &str) -> Option<String> {
     let url = url.trim();
     if url.is_empty() || url.chars().count() > MAX_STATUS_FIELD_CHARS || url.chars().any(char::is_control) {
         return None;
@@ -37,6 +37,6 @@ pub fn acceptable_target_url(url: &str) -> Option<String> {
 }
 
 /// Whether `sha` is a full commit id (40 hex digits, or 64 for SHA-256 repositories).
-pub fn is_full_sha(sha: &str) -> bool {
+pub(crate) fn is_full_sha(sha: &str) -> bool {
     matches!(sha.len(), 40 | 64) && sha.bytes().all(|b| b.is_ascii_hexdigit())
 }

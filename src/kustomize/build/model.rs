@@ -7,12 +7,12 @@ use super::order::{self, SortOrder};
 use crate::problem::{Problem, Problems};
 
 /// `apiVersion` of a `Kustomization`.
-pub const KUSTOMIZATION_API_VERSION: &str = "kustomize.config.k8s.io/v1beta1";
+pub(crate) const KUSTOMIZATION_API_VERSION: &str = "kustomize.config.k8s.io/v1beta1";
 /// `apiVersion` of a `Component`.
-pub const COMPONENT_API_VERSION: &str = "kustomize.config.k8s.io/v1alpha1";
+pub(crate) const COMPONENT_API_VERSION: &str = "kustomize.config.k8s.io/v1alpha1";
 
 /// The fields cdtarget builds (docs/kustomize.md, "The build").
-pub const ACCEPTED: &[&str] = &[
+pub(crate) const ACCEPTED: &[&str] = &[
     "apiVersion",
     "kind",
     "metadata",
@@ -37,7 +37,7 @@ pub const ACCEPTED: &[&str] = &[
 ];
 
 /// kustomize's other fields, refused by name with what to do instead.
-pub const REFUSED: &[(&str, &str)] = &[
+pub(crate) const REFUSED: &[(&str, &str)] = &[
     (
         "helmCharts",
         "Helm charts are not inflated (that would run Helm on the tenant's input); render the chart and commit its output",
@@ -85,7 +85,7 @@ pub struct Kustomization {
 
 /// The longest `namePrefix` or `nameSuffix`: a name keeps at least one character of its own within
 /// the 253 a name may have.
-pub const MAX_AFFIX: usize = 252;
+pub(crate) const MAX_AFFIX: usize = 252;
 
 /// Parses the text of kustomization file `file`; problems are located in it.
 pub fn parse(text: &str, file: &str) -> Result<Kustomization, Vec<Problem>> {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::kustomize::resource::Resource;
 
 /// The kinds kustomize puts first, in this order.
-pub const FIRST: &[&str] = &[
+pub(crate) const FIRST: &[&str] = &[
     "Namespace",
     "ResourceQuota",
     "StorageClass",
@@ -37,11 +37,11 @@ pub const FIRST: &[&str] = &[
 ];
 
 /// The kinds kustomize puts last, in this order.
-pub const LAST: &[&str] = &["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"];
+pub(crate) const LAST: &[&str] = &["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"];
 
 /// `sortOptions`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SortOrder {
+pub(crate) enum SortOrder {
     /// `order: legacy`, with kustomize's kind lists or the ones given.
     Legacy {
         /// `legacySortOptions.orderFirst`.
