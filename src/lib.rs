@@ -51,6 +51,8 @@ pub mod source;
 #[forbid(unsafe_code)]
 pub mod telemetry;
 #[forbid(unsafe_code)]
+pub mod text;
+#[forbid(unsafe_code)]
 pub mod webhook;
 #[forbid(unsafe_code)]
 pub mod yaml;

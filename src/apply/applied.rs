@@ -17,11 +17,11 @@ use super::entry_of;
 use crate::api::tenant_repository::InventoryEntry;
 
 /// The SHA-256 of each object as it is sent, by identity.
-pub type Digests = BTreeMap<InventoryEntry, [u8; 32]>;
+pub(crate) type Digests = BTreeMap<InventoryEntry, [u8; 32]>;
 
 /// The digests of `objects` as they are sent (objects without an identity are left out: the
 /// apply refuses them anyway).
-pub fn digests_of(objects: &[Value]) -> Digests {
+pub(crate) fn digests_of(objects: &[Value]) -> Digests {
     objects.iter().filter_map(|object| Some((entry_of(object)?, digest(object)))).collect()
 }
 

@@ -23,9 +23,9 @@ use crate::manifests::{ApplySet, type_meta};
 use crate::problem::Problem;
 
 /// The shortest time between two reads of the same discovery document caused by misses.
-pub const DEFAULT_MIN_REFRESH: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_MIN_REFRESH: Duration = Duration::from_secs(10);
 /// Cached discovery documents older than this are read again when used.
-pub const MAX_AGE: Duration = Duration::from_secs(10 * 60);
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(10 * 60);
 
 /// What discovery says of one `apiVersion` and `kind`.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,7 +45,7 @@ pub enum Lookup {
 
 /// The resources one group version serves, by kind; subresources are left out.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct GroupVersionResources {
+pub(crate) struct GroupVersionResources {
     by_kind: BTreeMap<String, (ApiResource, bool)>,
 }
 
@@ -81,7 +81,7 @@ pub struct Refusal {
 
 /// The resource a tenant object of `api_version`/`kind` is applied to, or why it is refused:
 /// a kind the cluster does not serve, or serves cluster-wide, never reaches the API server.
-pub fn tenant_resource(lookup: &Lookup, api_version: &str, kind: &str) -> Result<ApiResource, Refusal> {
+pub(crate) fn tenant_resource(lookup: &Lookup, api_version: &str, kind: &str) -> Result<ApiResource, Refusal> {
     match lookup {
         Lookup::Served { resource, namespaced: true } => Ok(resource.clone()),
         Lookup::Served { namespaced: false, .. } => Err(Refusal {
@@ -107,7 +107,7 @@ pub fn tenant_resource(lookup: &Lookup, api_version: &str, kind: &str) -> Result
 
 /// Every document of `set` whose kind the cluster does not serve, or serves cluster-wide,
 /// located at its file, document and field. Empty when the whole set may be applied.
-pub async fn check_set(discovery: &Discovery, set: &ApplySet) -> Result<Vec<Problem>, kube::Error> {
+pub(crate) async fn check_set(discovery: &Discovery, set: &ApplySet) -> Result<Vec<Problem>, kube::Error> {
     let mut problems = Vec::new();
     for document in &set.documents {
         let api_version = document.api_version();

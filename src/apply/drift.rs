@@ -8,7 +8,7 @@ use serde_json::Value;
 /// same length and match element by element. A top-level `status` in `desired` is ignored too:
 /// the API server keeps an apply's `status` out of every kind with a status subresource, so
 /// comparing it would count as drift on every poll.
-pub fn live_matches(desired: &Value, live: &Value) -> bool {
+pub(crate) fn live_matches(desired: &Value, live: &Value) -> bool {
     match (desired, live) {
         (Value::Object(want), Value::Object(have)) => want
             .iter()

@@ -7,8 +7,8 @@
 
 pub mod applied;
 pub mod discovery;
-pub mod drift;
-pub mod inventory;
+pub(crate) mod drift;
+pub(crate) mod inventory;
 pub mod refusal;
 pub mod server_side;
 pub mod writer;

@@ -59,7 +59,7 @@ impl std::fmt::Display for Origin {
 
 /// The origin of every object of a set, keyed by its identity (the side table from the loader
 /// to the apply).
-pub type Origins = BTreeMap<InventoryEntry, Origin>;
+pub(crate) type Origins = BTreeMap<InventoryEntry, Origin>;
 
 /// One field the API server named in a refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,7 +155,7 @@ impl Refusal {
 
 /// The class a set of refusals is handled as: passing trouble anywhere retries soon; otherwise
 /// the first refusal's class.
-pub fn class_of(refusals: &[Refusal]) -> Class {
+pub(crate) fn class_of(refusals: &[Refusal]) -> Class {
     if refusals.iter().any(|r| r.class == Class::Transient) {
         return Class::Transient;
     }

@@ -28,18 +28,18 @@ pub const TENANT_FIELD_MANAGER: &str = "cdtarget-tenant";
 pub const LEGACY_TENANT_FIELD_MANAGER: &str = FIELD_MANAGER;
 
 /// The user name of ServiceAccount `name` in `namespace`, as the API server authenticates it.
-pub fn service_account_user(namespace: &str, name: &str) -> String {
+pub(crate) fn service_account_user(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
 }
 
 /// The header carrying the impersonated user on every request of a tenant client.
-pub const IMPERSONATE_USER: &str = "impersonate-user";
+pub(crate) const IMPERSONATE_USER: &str = "impersonate-user";
 /// The header carrying impersonated groups; never sent, so the API server derives the
 /// ServiceAccount's groups itself (and a caller cannot add `system:masters`).
-pub const IMPERSONATE_GROUP: &str = "impersonate-group";
+pub(crate) const IMPERSONATE_GROUP: &str = "impersonate-group";
 
 /// Gives the client acting as a user (a tenant's ServiceAccount).
-pub type ClientFor = Arc<dyn Fn(&str) -> Result<Client, kube::Error> + Send + Sync>;
+pub(crate) type ClientFor = Arc<dyn Fn(&str) -> Result<Client, kube::Error> + Send + Sync>;
 
 /// Clients acting as a user through the controller's own `base` client: each sets
 /// `Impersonate-User` on its requests and sends them over `base`'s connections and credentials,
@@ -59,7 +59,7 @@ pub fn impersonating(base: Client) -> ClientFor {
 }
 
 /// One client sending every request of `base` as `user`. Must be called inside a Tokio runtime.
-pub fn impersonating_client(base: &Client, user: &str) -> Result<Client, kube::Error> {
+pub(crate) fn impersonating_client(base: &Client, user: &str) -> Result<Client, kube::Error> {
     let value = HeaderValue::from_str(user)
         .map_err(|_| kube::Error::Service(format!("`{user}` cannot be sent as an HTTP header").into()))?;
     let sender = base.clone();
@@ -76,17 +76,17 @@ pub fn impersonating_client(base: &Client, user: &str) -> Result<Client, kube::E
 }
 
 /// [`ApplyError::verb`] of a refused apply.
-pub const APPLYING: &str = "applying";
+pub(crate) const APPLYING: &str = "applying";
 /// [`ApplyError::verb`] of a refused deletion.
-pub const DELETING: &str = "deleting";
+pub(crate) const DELETING: &str = "deleting";
 /// [`ApplyError::verb`] of an object refused in a server-side dry run.
-pub const DRY_RUNNING: &str = "dry-running";
+pub(crate) const DRY_RUNNING: &str = "dry-running";
 
 /// The parameters of every apply made as a tenant: its field manager, forcing ownership of what
 /// it sets, and strict field validation (an unknown or duplicate field is refused, never silently
 /// dropped); `dry_run` asks for `dryRun=All` (admission, validation and defaulting run, nothing
 /// is persisted).
-pub fn tenant_apply_params(dry_run: bool) -> PatchParams {
+pub(crate) fn tenant_apply_params(dry_run: bool) -> PatchParams {
     PatchParams {
         dry_run,
         force: true,
@@ -174,7 +174,7 @@ const DRY_RUNS: usize = 8;
 /// earlier one, since nothing is persisted) and answered, in the order of `objects`, with the
 /// object as the API server would have stored it, or with its refusal. `sent` is told of each
 /// object sent. Nothing is written.
-pub async fn dry_run_all(
+pub(crate) async fn dry_run_all(
     client: &Client,
     discovery: &Discovery,
     objects: &[Value],
@@ -210,7 +210,7 @@ async fn dry_run_one(
 /// never be removed when they leave Git, since the new manager does not own them alone. A child
 /// of a CDTarget (controller owner reference to a CDTarget) is left alone: there that manager is
 /// the controller's own. So is an entry that owns no field (already released).
-pub fn holds_legacy_tenant_fields(meta: &ObjectMeta) -> bool {
+pub(crate) fn holds_legacy_tenant_fields(meta: &ObjectMeta) -> bool {
     let cdtarget_child = meta.owner_references.iter().flatten().any(|owner| {
         owner.controller == Some(true)
             && owner.kind == "CDTarget"

@@ -188,7 +188,7 @@ impl Classify for WriteError {
 /// Told of every write sent: its verb (`apply`, `delete`, `status`, `finalizers`, `create`,
 /// `patch`) and the kind written; and of every server-side dry run sent, as the verb
 /// [`DRY_RUN`] (not a write: nothing is persisted; the metrics count it apart).
-pub type WriteObserver = Arc<dyn Fn(&'static str, &str) + Send + Sync>;
+pub(crate) type WriteObserver = Arc<dyn Fn(&'static str, &str) + Send + Sync>;
 
 /// Executes [`Write`]s: the controller's only way to change the cluster.
 #[derive(Clone)]
@@ -422,15 +422,16 @@ impl Writer {
     }
 }
 
-/// The observer's verb of a server-side dry-run request ([`Writer::dry_run`]).
-pub const DRY_RUN: &str = "dry-run";
+/// The observer's verb of a server-side dry-run request ([`Writer::dry_run`]): telemetry's
+/// label, which counts it apart from writes.
+pub use crate::telemetry::DRY_RUN;
 
 /// [`ApplyError::verb`] of a refused status write.
-pub const WRITING_STATUS: &str = "writing the status of";
+pub(crate) const WRITING_STATUS: &str = "writing the status of";
 /// [`ApplyError::verb`] of a refused deletion of a stale `SyncStatus`.
-pub const DELETING_SYNC_STATUS: &str = "deleting";
+pub(crate) const DELETING_SYNC_STATUS: &str = "deleting";
 /// [`ApplyError::verb`] of a refused finalizer change.
-pub const PATCHING_FINALIZERS: &str = "patching the finalizers of";
+pub(crate) const PATCHING_FINALIZERS: &str = "patching the finalizers of";
 
 fn refused(verb: &'static str, kind: &str, namespace: &str, name: &str, source: kube::Error) -> ApplyError {
     ApplyError { verb, kind: kind.to_owned(), namespace: namespace.to_owned(), name: name.to_owned(), source }
@@ -438,7 +439,7 @@ fn refused(verb: &'static str, kind: &str, namespace: &str, name: &str, source: 
 
 /// The JSON patch taking the finalizers from `read` to `wanted`: a `test` of the list as read
 /// (or, when there was none, of the `resourceVersion`), then the new list.
-pub fn finalizers_patch(read: Option<&[String]>, resource_version: Option<&str>, wanted: &[String]) -> Value {
+pub(crate) fn finalizers_patch(read: Option<&[String]>, resource_version: Option<&str>, wanted: &[String]) -> Value {
     let guard = match (read, resource_version) {
         (Some(list), _) => json!({ "op": "test", "path": "/metadata/finalizers", "value": list }),
         (None, Some(version)) => json!({ "op": "test", "path": "/metadata/resourceVersion", "value": version }),

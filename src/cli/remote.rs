@@ -49,7 +49,7 @@ pub fn fetch(args: &SourceArgs) -> Result<(Checkout, PathBuf, String), Problem> 
 }
 
 fn shown_url(url: &str) -> String {
-    source::error::redact_userinfo(url)
+    crate::text::redact_userinfo(url)
 }
 
 fn request(args: &SourceArgs) -> Result<Request, Problem> {

@@ -9,7 +9,7 @@ use crate::api::conditions::{READY, RECONCILING, STALLED};
 use crate::error::Reason;
 use crate::gitlab::GitLabError;
 use crate::source::SourceError;
-use crate::source::error::redact_userinfo;
+use crate::text::redact_userinfo;
 
 /// Kubernetes accepts up to 32 KiB; a condition is read by people, so keep it short.
 const MAX_MESSAGE: usize = 4096;

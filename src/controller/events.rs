@@ -66,7 +66,7 @@ impl Notice {
 
     /// The note as recorded: no URL userinfo, at most [`MAX_NOTE`] bytes (and an ellipsis).
     pub fn recorded_note(&self) -> String {
-        bounded(crate::source::error::redact_userinfo(&self.note))
+        bounded(crate::text::redact_userinfo(&self.note))
     }
 }
 
@@ -88,7 +88,7 @@ impl From<Transition> for Event {
             type_: if transition.warning { EventType::Warning } else { EventType::Normal },
             reason: transition.reason,
             // Already clean when it comes from a condition; an Event is kept for an hour: be sure.
-            note: Some(crate::source::error::redact_userinfo(&transition.note)),
+            note: Some(crate::text::redact_userinfo(&transition.note)),
             action: "Reconcile".into(),
             secondary: None,
         }

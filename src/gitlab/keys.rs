@@ -69,7 +69,7 @@ pub fn generate(comment: &str) -> Result<KeyPair, KeyError> {
 
 /// The public key line of an OpenSSH private key (for a Secret that has `identity` but no
 /// `identity.pub`). Encrypted keys are refused: the controller could not use them unattended.
-pub fn public_key_of(private_openssh: &str) -> Result<String, KeyError> {
+pub(crate) fn public_key_of(private_openssh: &str) -> Result<String, KeyError> {
     let private = PrivateKey::from_openssh(private_openssh.trim())
         .map_err(|e| KeyError(format!("`{IDENTITY}` is not an OpenSSH private key: {e}")))?;
     if private.is_encrypted() {

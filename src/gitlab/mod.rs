@@ -5,7 +5,8 @@
 //! - [`plan`]: the pure decision, listings in, calls out;
 //! - [`executor`]: runs a plan;
 //! - [`keys`]: ed25519 key pairs and fingerprints;
-//! - [`feedback`]: commit statuses and the refusal comment on the revisions evaluated.
+//! - [`commit_status`]: commit statuses and the refusal comment on the revisions evaluated,
+//!   and GitLab's rules for their text.
 //!
 //! The controller (and `cdtarget gitlab-sync`) builds a [`SyncInput`] with
 //! [`SyncInput::for_registration`], then calls [`sync`] (or [`remove`] under the finalizer),
@@ -13,18 +14,18 @@
 //! [`crate::api::conditions::REASON_SYNCED`] or [`condition_reason`]. See `docs/gitlab.md`.
 
 pub mod client;
-pub mod error;
+pub mod commit_status;
+pub(crate) mod error;
 pub mod executor;
-pub mod feedback;
 pub mod keys;
-pub mod plan;
-pub mod settings;
+pub(crate) mod plan;
+pub(crate) mod settings;
 
 use futures::StreamExt;
 
 pub use client::{ClientConfig, ClientStats, Clock, GitLabClient, RetryPolicy, Secret, SystemClock};
+pub use commit_status::StatusSettings;
 pub use error::{ErrorKind, GitLabError, condition_reason};
-pub use feedback::StatusSettings;
 pub use plan::{Call, Desired, DesiredHook, DesiredKey, Ownership, Plan};
 pub use settings::Settings;
 
@@ -193,7 +194,7 @@ impl SyncInput {
 
 /// The GitLab project of `registration`: `spec.gitlab.project`, else the path of its URL; the id
 /// from `status.gitlab` when it was resolved from the same path.
-pub fn project_of(registration: &TenantRepository) -> Result<ProjectRef, GitLabError> {
+pub(crate) fn project_of(registration: &TenantRepository) -> Result<ProjectRef, GitLabError> {
     let invalid = |message: String| GitLabError::new(ErrorKind::InvalidConfig, message);
     let spec = &registration.spec;
     let gitlab = spec.gitlab.as_ref().ok_or_else(|| {
@@ -206,7 +207,7 @@ pub fn project_of(registration: &TenantRepository) -> Result<ProjectRef, GitLabE
         None => project_path_from_url(&spec.url).ok_or_else(|| {
             invalid(format!(
                 "cannot derive the GitLab project from `{}`; set spec.gitlab.project (`group/project`)",
-                crate::source::error::redact_userinfo(&spec.url)
+                crate::text::redact_userinfo(&spec.url)
             ))
         })?,
     };
@@ -244,7 +245,7 @@ pub fn receiver_url(external_url: &str, path: &str) -> Result<String, GitLabErro
 /// `https://host/group/app.git` and `git@host:group/app.git` all give `group/app`. `None` when
 /// there is no path of at least two segments (a GitLab under a relative URL needs
 /// `spec.gitlab.project`).
-pub fn project_path_from_url(url: &str) -> Option<String> {
+pub(crate) fn project_path_from_url(url: &str) -> Option<String> {
     let path = match url.split_once("://") {
         Some((_, rest)) => rest.split_once('/')?.1,
         None => url.split_once(':')?.1,
@@ -255,7 +256,7 @@ pub fn project_path_from_url(url: &str) -> Option<String> {
 }
 
 /// The project's numeric id: the known one, else `GET /projects/<encoded path>` once.
-pub async fn resolve_project(client: &GitLabClient, project: &ProjectRef) -> Result<i64, GitLabError> {
+pub(crate) async fn resolve_project(client: &GitLabClient, project: &ProjectRef) -> Result<i64, GitLabError> {
     match project.id {
         Some(id) => Ok(id),
         None => Ok(client.project(&project.path).await?.id),

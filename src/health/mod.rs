@@ -84,7 +84,7 @@ impl Assessment {
 }
 
 /// The status of `object` as read from the API server (`None`: it does not exist).
-pub fn compute(object: Option<&Value>) -> Assessment {
+pub(crate) fn compute(object: Option<&Value>) -> Assessment {
     let Some(object) = object else { return Assessment::new(Status::NotFound, "not found") };
     if let Some(generic) = generic(object) {
         return generic;

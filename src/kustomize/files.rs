@@ -10,21 +10,21 @@
 use std::collections::BTreeMap;
 
 /// Why a path through `.git` is refused, and what would be accepted (for paths a file names).
-pub const GIT_PATH_REFUSED: &str = "passes through `.git`, which is never read (Git's own data: a checkout's \
+pub(crate) const GIT_PATH_REFUSED: &str = "passes through `.git`, which is never read (Git's own data: a checkout's \
      `.git/config` may hold credentials); name a file or directory outside `.git`";
 
 /// Why a link into `.git` is refused, and what would be accepted.
-pub const GIT_LINK_REFUSED: &str = "is a symlink into `.git`, which is never read (Git's own data: a checkout's \
+pub(crate) const GIT_LINK_REFUSED: &str = "is a symlink into `.git`, which is never read (Git's own data: a checkout's \
      `.git/config` may hold credentials); point it at a file outside `.git`";
 
 /// Whether a path component is `.git`, in any letter case (`.GIT` is the same directory on a
 /// case-insensitive file system, as on a Mac).
-pub fn is_git_name(name: &[u8]) -> bool {
+pub(crate) fn is_git_name(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b".git")
 }
 
 /// Whether a `/`-separated path has a `.git` component, in any letter case.
-pub fn passes_through_git(path: &str) -> bool {
+pub(crate) fn passes_through_git(path: &str) -> bool {
     path.split('/').any(|c| is_git_name(c.as_bytes()))
 }
 

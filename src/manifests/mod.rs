@@ -10,8 +10,8 @@ mod files;
 mod metadata;
 mod read;
 pub mod reserved_labels;
-pub mod scope;
-pub mod type_meta;
+pub(crate) mod scope;
+pub(crate) mod type_meta;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -160,7 +160,7 @@ fn group_of(api_version: &str) -> &str {
 }
 
 /// Why a SOPS-encrypted document is refused, and what to do instead (docs/feedback.md).
-pub const SOPS_NOT_DECRYPTED: &str = "this document is SOPS-encrypted (it has a top-level `sops` key) and cdtarget does not decrypt: \
+pub(crate) const SOPS_NOT_DECRYPTED: &str = "this document is SOPS-encrypted (it has a top-level `sops` key) and cdtarget does not decrypt: \
      nothing of this revision is applied, so no ciphertext reaches the cluster; keep Secrets out of the repository \
      (ask the platform team to provide them in the namespace, or use Sealed Secrets or the External Secrets Operator) \
      and reference them by name";
@@ -186,7 +186,7 @@ pub fn read_and_load(
 
 /// [`read_and_load`], stopped soon after another thread sets `abandon`; also says which limit of
 /// the revision's budget stopped it, if one did (the same revision would be stopped again).
-pub fn read_and_load_abandonable(
+pub(crate) fn read_and_load_abandonable(
     root: &Path,
     dir: &str,
     limits: &Limits,
@@ -267,7 +267,7 @@ fn is_beneath(dir: &str, other: &str) -> bool {
 /// Everything is charged to the budget installed on this thread (a default one when none is):
 /// the first limit crossed refuses the revision with that one problem, at the file or
 /// kustomization entry where it was crossed, and at most the budget's number of problems is kept.
-pub fn load_with(
+pub(crate) fn load_with(
     tree: Tree,
     dir: &str,
     files: &dyn Files,
@@ -415,7 +415,7 @@ fn join_dir(dir: &str, kustomization: &str) -> String {
 
 /// A root-relative `path` relative to directory `dir` (also root-relative), with `..` for the
 /// parts outside it: `../../base/deploy.yaml` for a base two levels up.
-pub fn relative_to(dir: &str, path: &str) -> String {
+pub(crate) fn relative_to(dir: &str, path: &str) -> String {
     if dir.is_empty() {
         return path.to_owned();
     }

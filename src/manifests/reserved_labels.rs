@@ -16,7 +16,7 @@ use crate::api::names;
 use crate::problem::{Problem, join_path};
 
 /// The label key prefix cdtarget keeps for itself; the agents' selector label is under it.
-pub const RESERVED_PREFIX: &str = "cdtarget.io/";
+pub(crate) const RESERVED_PREFIX: &str = "cdtarget.io/";
 
 /// Every reserved label key that `document` sets or selects by, with its field path.
 pub fn check(document: &Value) -> Vec<Problem> {

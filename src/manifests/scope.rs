@@ -41,7 +41,7 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
 ];
 
 /// Whether `group`/`kind` is known to be cluster-scoped.
-pub fn is_cluster_scoped(group: &str, kind: &str) -> bool {
+pub(crate) fn is_cluster_scoped(group: &str, kind: &str) -> bool {
     CLUSTER_SCOPED.iter().any(|(g, k)| *g == group && *k == kind)
 }
 
@@ -73,6 +73,6 @@ const APPLY_ORDER: &[&str] = &[
 ];
 
 /// Rank of a kind in the apply order.
-pub fn apply_rank(kind: &str) -> usize {
+pub(crate) fn apply_rank(kind: &str) -> usize {
     APPLY_ORDER.iter().position(|k| *k == kind).unwrap_or(APPLY_ORDER.len())
 }

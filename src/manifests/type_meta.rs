@@ -10,7 +10,7 @@ use crate::problem::Problem;
 
 /// A checked `apiVersion`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiVersion {
+pub(crate) struct ApiVersion {
     /// The API group; empty for the core group (`apiVersion: v1`).
     pub group: String,
     /// The version.

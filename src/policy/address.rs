@@ -25,13 +25,13 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use super::cidr;
 
 /// The IPv4-mapped range `::ffff:0:0/96` (RFC 4291 §2.5.5.2): a socket sends IPv4 to these.
-pub const IPV4_MAPPED: Ipv6Net = match Ipv6Net::new(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96) {
+pub(crate) const IPV4_MAPPED: Ipv6Net = match Ipv6Net::new(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96) {
     Ok(net) => net,
     Err(_) => panic!("a valid prefix"),
 };
 
 /// The deprecated IPv4-compatible range `::/96` (RFC 4291 §2.5.5.1).
-pub const IPV4_COMPATIBLE: Ipv6Net = match Ipv6Net::new(Ipv6Addr::UNSPECIFIED, 96) {
+pub(crate) const IPV4_COMPATIBLE: Ipv6Net = match Ipv6Net::new(Ipv6Addr::UNSPECIFIED, 96) {
     Ok(net) => net,
     Err(_) => panic!("a valid prefix"),
 };
@@ -51,7 +51,7 @@ pub const TEREDO: Ipv6Net = match Ipv6Net::new(Ipv6Addr::new(0x2001, 0, 0, 0, 0,
 };
 
 /// The longest address text accepted (an expanded IPv6 CIDR with a dotted tail is 49).
-pub const MAX_TEXT_LEN: usize = crate::api::cdtarget::limits::IP_ENTRY_BYTES;
+pub(crate) const MAX_TEXT_LEN: usize = crate::api::cdtarget::limits::IP_ENTRY_BYTES;
 
 /// What an address is for; it decides which of the policy's rules apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

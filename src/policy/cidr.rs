@@ -26,7 +26,7 @@ pub fn parse(input: &str) -> Result<IpNet, String> {
 
 /// The syntax alone: an IPv4/IPv6 address (a host network) or a CIDR without host bits, exactly
 /// as written, whatever range it is in.
-pub fn parse_network(input: &str) -> Result<IpNet, String> {
+pub(crate) fn parse_network(input: &str) -> Result<IpNet, String> {
     if input.contains('/') {
         let net = IpNet::from_str(input).map_err(|_| {
             format!("`{input}` is not a CIDR; expected an address with a prefix length, such as `10.1.0.0/24` or `2001:db8::/64`")
@@ -48,7 +48,7 @@ pub fn parse_network(input: &str) -> Result<IpNet, String> {
 }
 
 /// Whether the network is every address of its family (`0.0.0.0/0`, `::/0`).
-pub fn is_everything(net: &IpNet) -> bool {
+pub(crate) fn is_everything(net: &IpNet) -> bool {
     net.prefix_len() == 0
 }
 

@@ -4,7 +4,7 @@
 pub mod address;
 pub mod cidr;
 pub mod outbound;
-pub mod tenancy;
+pub(crate) mod tenancy;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -233,7 +233,7 @@ fn document_schema() -> &'static Value {
 }
 
 /// Checks the structure of a policy document, then its values.
-pub fn from_document_value(value: &Value) -> Result<Policy, Vec<Problem>> {
+pub(crate) fn from_document_value(value: &Value) -> Result<Policy, Vec<Problem>> {
     if value.is_null() {
         return Ok(Policy::default());
     }

@@ -8,11 +8,11 @@ use crate::problem::Problems;
 
 /// Kinds refused to tenants even when the policy leaves them out: cdtarget's guarantees rest on
 /// them (egress only through CDTargets; registrations only by the platform team).
-pub const ALWAYS_FORBIDDEN: [(&str, &str); 2] =
+pub(crate) const ALWAYS_FORBIDDEN: [(&str, &str); 2] =
     [("networking.k8s.io", "NetworkPolicy"), (crate::api::GROUP, "TenantRepository")];
 
 /// Most entries `tenancy.forbiddenKinds` may hold.
-pub const MAX_FORBIDDEN_KINDS: usize = 256;
+pub(crate) const MAX_FORBIDDEN_KINDS: usize = 256;
 
 /// The spelling of "every kind of the group" in `tenancy.forbiddenKinds`.
 const EVERY_KIND: &str = "*";

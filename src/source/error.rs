@@ -114,51 +114,9 @@ impl Classify for SourceError {
     }
 }
 
-/// Removes `secrets` and any `user:password@` part of URLs from `message`.
-pub fn redact(message: &str, secrets: &[&str]) -> String {
-    let mut clean = message.to_owned();
-    for secret in secrets.iter().filter(|s| s.len() >= 4) {
-        clean = clean.replace(secret, "***");
-    }
-    redact_userinfo(&clean)
-}
-
-/// `https://user:token@host/x` → `https://***@host/x`, wherever it appears in `text`.
-pub fn redact_userinfo(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let (head, tail) = rest.split_at(at + 3);
-        out.push_str(head);
-        let authority_end = tail.find(['/', ' ', '\'', '"', '\n']).unwrap_or(tail.len());
-        match tail[..authority_end].rfind('@') {
-            Some(userinfo_end) => {
-                out.push_str("***");
-                rest = &tail[userinfo_end..];
-            }
-            None => rest = tail,
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn userinfo_and_secrets_are_removed() {
-        let message = "failed to fetch https://oauth2:glpat-secret@gitlab.example.com/a/b.git: token glpat-secret";
-        let clean = redact(message, &["glpat-secret"]);
-        assert_eq!(clean, "failed to fetch https://***@gitlab.example.com/a/b.git: token ***");
-    }
-
-    #[test]
-    fn urls_without_userinfo_are_left_alone() {
-        assert_eq!(redact_userinfo("ssh://127.0.0.1:22/x and git://h/y"), "ssh://127.0.0.1:22/x and git://h/y");
-        assert_eq!(redact_userinfo("ssh://git@127.0.0.1:22/x"), "ssh://***@127.0.0.1:22/x");
-    }
 
     #[test]
     fn only_configuration_problems_stall() {

@@ -12,12 +12,13 @@ use git2::{
     FetchOptions, Oid, ProxyOptions, RemoteCallbacks, RemoteRedirect, Repository,
 };
 
-use super::error::{FailureKind, SourceError, redact};
+use super::error::{FailureKind, SourceError};
 use super::known_hosts::{HostKeyVerdict, KnownHosts};
 use super::snapshot;
 use super::url::RemoteUrl;
 use super::{Credentials, Fetched, Limits, Progress, Reference, Request, Snapshot};
 use crate::libgit2_globals;
+use crate::text::redact;
 
 /// libgit2 asks again after every rejected credential; a wrong key must not loop forever.
 const MAX_CREDENTIAL_ATTEMPTS: u32 = 3;

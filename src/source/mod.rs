@@ -9,13 +9,13 @@
 //! only then is the previous snapshot removed — a failed fetch never touches the last good one.
 //! [`Limits`] bound each fetch and the disk each registration may use.
 
-pub mod error;
+pub(crate) mod error;
 mod git;
 pub mod known_hosts;
-pub mod registration;
+pub(crate) mod registration;
 pub mod snapshot;
 mod tls;
-pub mod url;
+pub(crate) mod url;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -214,15 +214,9 @@ impl Snapshot {
     }
 }
 
-/// The first 12 characters of a commit SHA, as messages, Events and GitLab texts show it (the
-/// whole text when shorter).
-pub fn short_revision(sha: &str) -> &str {
-    sha.get(..12).unwrap_or(sha)
-}
-
 /// The components of a relative path inside a snapshot (`.` and empty components dropped), or
 /// why it cannot be one.
-pub fn path_components(path: &str) -> Result<Vec<&str>, &'static str> {
+pub(crate) fn path_components(path: &str) -> Result<Vec<&str>, &'static str> {
     if path.len() > snapshot::MAX_PATH_BYTES {
         return Err("is longer than 1024 bytes");
     }
@@ -294,7 +288,7 @@ pub fn fetch_blocking(
 
 /// Told the outcome of every fetch (`updated`, `unchanged`, or the failure's reason) and how long
 /// it took, for metrics.
-pub type FetchObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+pub(crate) type FetchObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
 
 /// Fetches for many registrations with bounded concurrency, keeping the blocking git2 work off
 /// the async runtime.
@@ -366,7 +360,7 @@ impl Fetcher {
 }
 
 /// The metric label of a fetch's outcome.
-pub fn outcome_label(result: &Result<Fetched, SourceError>) -> &'static str {
+pub(crate) fn outcome_label(result: &Result<Fetched, SourceError>) -> &'static str {
     match result {
         Ok(Fetched::Unchanged(_)) => "unchanged",
         Ok(Fetched::Updated(_)) => "updated",

@@ -83,7 +83,7 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
 
 /// A timeout given on the command line (`--timeout`, `--git-timeout`): a positive Go duration
 /// (`90s`, `5m`, `1h30m`) or, as these flags took before, a whole number of seconds (`60`).
-pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let parsed = match trimmed.parse::<u64>() {
         Ok(seconds) => Some(Duration::from_secs(seconds)),

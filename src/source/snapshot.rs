@@ -33,11 +33,11 @@ use super::error::{FailureKind, SourceError};
 /// Deepest directory nesting written (the writer recurses once per level).
 pub const MAX_DEPTH: usize = 64;
 /// Longest path inside a snapshot, in bytes; keeps every snapshot path well below `PATH_MAX`.
-pub const MAX_PATH_BYTES: usize = 1024;
+pub(crate) const MAX_PATH_BYTES: usize = 1024;
 /// Longest file name (`NAME_MAX` of Linux file systems).
-pub const MAX_NAME_BYTES: usize = 255;
+pub(crate) const MAX_NAME_BYTES: usize = 255;
 /// Longest symlink target, in bytes (`PATH_MAX` less the terminating NUL).
-pub const MAX_LINK_TARGET_BYTES: usize = 4095;
+pub(crate) const MAX_LINK_TARGET_BYTES: usize = 4095;
 /// Largest tree entry that passes the checks: mode, space, a 255-byte name, NUL, SHA-256 id.
 const MAX_TREE_ENTRY_BYTES: u64 = 6 + 1 + MAX_NAME_BYTES as u64 + 1 + 32;
 

@@ -1,10 +1,11 @@
 //! The parts of a repository URL the source needs: scheme, user, host and port.
 
-use super::error::{FailureKind, SourceError, redact_userinfo};
+use super::error::{FailureKind, SourceError};
+use crate::text::redact_userinfo;
 
 /// A parsed `ssh://`, `https://`, `http://`, `git://` or `file://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RemoteUrl {
+pub(crate) struct RemoteUrl {
     /// `ssh`, `https`, `http`, `git` or `file`.
     pub scheme: String,
     /// The user of `ssh://user@host`, if given.
@@ -87,7 +88,7 @@ impl RemoteUrl {
 
 /// The secret parts of a URL's userinfo (`user:password@`), raw and percent-decoded, so that no
 /// message can carry them even where a library quotes the URL in its own way.
-pub fn userinfo_secrets(url: &str) -> Vec<String> {
+pub(crate) fn userinfo_secrets(url: &str) -> Vec<String> {
     let Some((_, rest)) = url.split_once("://") else { return Vec::new() };
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     let Some((userinfo, _)) = authority.rsplit_once('@') else { return Vec::new() };

@@ -9,7 +9,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 /// What `/proc/self` says about this process at one moment.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ProcessSample {
+pub(crate) struct ProcessSample {
     /// User and system CPU time, in seconds.
     pub cpu_seconds: f64,
     /// Resident set size, in bytes.
@@ -60,7 +60,7 @@ impl ProcessSample {
 /// Encodes a [`ProcessSample`] read at each scrape. Register it on a registry without a prefix:
 /// the names are the standard ones every Prometheus client exposes.
 #[derive(Debug, Default)]
-pub struct ProcessCollector;
+pub(crate) struct ProcessCollector;
 
 fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> Result<(), std::fmt::Error> {
     let gauge = ConstGauge::new(value);

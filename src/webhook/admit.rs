@@ -27,7 +27,7 @@ use super::verify::{self, Pending, Rejection};
 /// A request whose headers passed: what its body must still prove, and how many bytes of the
 /// in-flight budget its read may use.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Admitted {
+pub(crate) struct Admitted {
     /// The proof left to the body.
     pub pending: Pending,
     /// The bytes to hold in the budget of bodies in flight while the body is read: the framed
@@ -55,7 +55,7 @@ pub enum Refusal {
 
 /// The checks every request passes before its body is read (see the module documentation).
 /// `framed_length` is the exact length of the body as framed by HTTP (`None`: chunked).
-pub fn before_body(
+pub(crate) fn before_body(
     registration: &Registration,
     headers: &HeaderMap,
     framed_length: Option<u64>,

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 /// How many keys are remembered by default (about 1 MiB).
-pub const DEFAULT_CAPACITY: usize = 16 * 1024;
+pub(crate) const DEFAULT_CAPACITY: usize = 16 * 1024;
 /// How long a key is remembered by default: longer than any retry, and a resend after a day
 /// only costs one more (idempotent) sync.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 type Key = [u8; 16];
 

@@ -31,9 +31,9 @@ pub const GITHUB_EVENT: &str = "x-github-event";
 pub const GENERIC_EVENT: &str = "x-event";
 
 /// The events a `gitlab` registration syncs on when `spec.webhook.events` is empty.
-pub const DEFAULT_GITLAB_EVENTS: [&str; 2] = ["Push Hook", "Tag Push Hook"];
+pub(crate) const DEFAULT_GITLAB_EVENTS: [&str; 2] = ["Push Hook", "Tag Push Hook"];
 /// The events a `github` registration syncs on when `spec.webhook.events` is empty.
-pub const DEFAULT_GITHUB_EVENTS: [&str; 1] = ["push"];
+pub(crate) const DEFAULT_GITHUB_EVENTS: [&str; 1] = ["push"];
 
 /// Longest event name repeated in an answer.
 const MAX_SHOWN: usize = 64;
@@ -152,7 +152,11 @@ pub fn event_header(kind: WebhookType) -> &'static str {
 /// The event half of [`decide`], which needs no body: `Ok(None)` when the event header names one
 /// of `events` (or `events` is empty), `Ok(Some(_))` when the delivery is to be ignored. The
 /// receiver asks this before it reads a body, so an event nobody syncs on costs no body read.
-pub fn event_ignored(kind: WebhookType, headers: &HeaderMap, events: &[String]) -> Result<Option<Ignored>, BadRequest> {
+pub(crate) fn event_ignored(
+    kind: WebhookType,
+    headers: &HeaderMap,
+    events: &[String],
+) -> Result<Option<Ignored>, BadRequest> {
     if events.is_empty() {
         return Ok(None);
     }

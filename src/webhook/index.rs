@@ -28,9 +28,9 @@ use crate::api::tenant_repository::{WebhookType, webhook_token};
 
 /// Key of the webhook Secret holding the path token (also GitLab's `X-Gitlab-Token` and the
 /// HMAC key of `github` and `generic-hmac`).
-pub const TOKEN_KEY: &str = "token";
+pub(crate) const TOKEN_KEY: &str = "token";
 /// Key of the webhook Secret holding GitLab's Standard Webhooks signing token (`whsec_...`).
-pub const SIGNING_TOKEN_KEY: &str = "signingToken";
+pub(crate) const SIGNING_TOKEN_KEY: &str = "signingToken";
 
 /// Everything the receiver needs to know about one registration's webhook.
 #[derive(Clone, Debug, PartialEq, Eq)]

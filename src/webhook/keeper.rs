@@ -31,7 +31,7 @@ use super::index::{Index, Registration};
 use crate::api::TenantRepository;
 
 /// How long after a failed Secret read it is tried again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Keeps `index` in step with `registrations` (TenantRepository watch events) and `secrets`
 /// (names of Secrets added, changed or deleted in the registrations' namespace), reading

@@ -15,15 +15,15 @@
 //!
 //! `cdtarget controller` serves it on `--webhook-addr`; see `docs/webhooks.md`.
 
-pub mod admit;
-pub mod budget;
+pub(crate) mod admit;
+pub(crate) mod budget;
 pub mod dedupe;
 pub mod filter;
-pub mod index;
-pub mod keeper;
-pub mod rate;
-pub mod server;
-pub mod trigger;
+pub(crate) mod index;
+pub(crate) mod keeper;
+pub(crate) mod rate;
+pub(crate) mod server;
+pub(crate) mod trigger;
 pub mod verify;
 
 pub use index::{Index, Registration};

@@ -23,7 +23,7 @@ impl Rate {
 
 /// One token bucket; starts full.
 #[derive(Clone, Debug)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     rate: Rate,
     tokens: f64,
     last: Instant,

@@ -58,9 +58,9 @@ use crate::api::tenant_repository::WebhookType;
 use crate::telemetry::WebhookMetrics;
 
 /// GitLab's (and the IETF draft's) duplicate key header.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// GitHub's delivery id, kept across redeliveries.
-pub const GITHUB_DELIVERY: &str = "x-github-delivery";
+pub(crate) const GITHUB_DELIVERY: &str = "x-github-delivery";
 
 /// The receiver's bounds.
 #[derive(Clone, Debug)]
@@ -101,12 +101,12 @@ pub struct Limits {
 }
 
 /// Default of [`Limits::max_body_bytes`]: 3 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Default of [`Limits::in_flight_bytes`]: 32 MiB (ten bodies at the limit, thousands of
 /// ordinary pushes), a sixteenth of the shipped Deployment's memory limit.
-pub const DEFAULT_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const DEFAULT_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
 /// Default of [`Limits::registration_in_flight_bytes`]: a quarter of the global budget.
-pub const DEFAULT_REGISTRATION_IN_FLIGHT_BYTES: usize = DEFAULT_IN_FLIGHT_BYTES / 4;
+pub(crate) const DEFAULT_REGISTRATION_IN_FLIGHT_BYTES: usize = DEFAULT_IN_FLIGHT_BYTES / 4;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -236,7 +236,7 @@ struct Outcome {
 }
 
 /// The metric label of a registration type.
-pub fn type_label(kind: WebhookType) -> &'static str {
+pub(crate) fn type_label(kind: WebhookType) -> &'static str {
     match kind {
         WebhookType::Gitlab => "gitlab",
         WebhookType::Github => "github",

@@ -47,7 +47,7 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
 pub const DEFAULT_TIMESTAMP_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 
 /// Shortest signing key accepted, in bytes (GitLab generates 32).
-pub const MIN_SIGNING_KEY_BYTES: usize = 16;
+pub(crate) const MIN_SIGNING_KEY_BYTES: usize = 16;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -104,7 +104,7 @@ impl fmt::Debug for Secrets {
 
 /// Reads a Standard Webhooks secret: `whsec_` followed by the base64 of the key (the prefix may
 /// be left out, as the specification's libraries allow). The error never contains the value.
-pub fn parse_signing_secret(text: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn parse_signing_secret(text: &str) -> Result<Vec<u8>, String> {
     let encoded = text.trim();
     let encoded = encoded.strip_prefix("whsec_").unwrap_or(encoded);
     let key = STANDARD.decode(encoded).map_err(|_| "is not `whsec_` followed by base64".to_owned())?;
@@ -183,7 +183,7 @@ impl Pending {
 /// Everything [`verify`] can check without the body: the token of `gitlab` (constant-time), the
 /// presence and form of every signature header, the freshness of a Standard Webhooks timestamp.
 /// A delivery refused here is refused before a byte of its body is read.
-pub fn verify_headers(
+pub(crate) fn verify_headers(
     kind: WebhookType,
     headers: &HeaderMap,
     secrets: &Secrets,
@@ -210,7 +210,7 @@ pub fn verify_headers(
 }
 
 /// Checks the body against what [`verify_headers`] left `pending`.
-pub fn verify_body(pending: &Pending, body: &[u8], secrets: &Secrets) -> Result<Verified, Rejection> {
+pub(crate) fn verify_body(pending: &Pending, body: &[u8], secrets: &Secrets) -> Result<Verified, Rejection> {
     match pending {
         Pending::Nothing => Ok(Verified::default()),
         Pending::BodyHmac { name, presented } => {

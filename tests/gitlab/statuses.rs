@@ -1,11 +1,11 @@
-//! Commit statuses and the refusal comment (`cdtarget::gitlab::feedback`) against the fake
+//! Commit statuses and the refusal comment (`cdtarget::gitlab::commit_status`) against the fake
 //! GitLab: every trap of contract §14 the client must avoid, played out.
 
 use std::time::Duration;
 
 use cdtarget::api::tenant_repository::PostedCommitStatus;
 use cdtarget::gitlab::client::{CommitState, StatusParams, StatusPosted};
-use cdtarget::gitlab::feedback::{self, Outcome, Remembered, StatusSettings, Step, Target, Vars};
+use cdtarget::gitlab::commit_status::{self, Outcome, Remembered, StatusSettings, Step, Target, Vars};
 use cdtarget::gitlab::{ErrorKind, GitLabClient};
 use cdtarget::problem::Problem;
 
@@ -15,7 +15,7 @@ use super::{TestClock, client};
 /// The target of registration `cdtarget-system/team-a` for `sha` on `main`.
 fn target(sha: &str) -> Target {
     let settings = StatusSettings::new(
-        feedback::DEFAULT_STATUS_NAME,
+        commit_status::DEFAULT_STATUS_NAME,
         Some("https://dash.example.com/{targetNamespace}?rev={revision}"),
     )
     .unwrap();
@@ -40,13 +40,13 @@ async fn evaluate(
 ) -> Remembered {
     let target = target(sha);
     let mut remembered = remembered.clone();
-    if let Some(pending) = feedback::pending(&remembered, &target) {
-        let posted = feedback::post(client, project, &remembered, &[pending]).await;
+    if let Some(pending) = commit_status::pending(&remembered, &target) {
+        let posted = commit_status::post(client, project, &remembered, &[pending]).await;
         assert_eq!(posted.error, None);
         remembered = posted.remembered;
     }
-    let steps = feedback::verdict(&remembered, &target, &outcome.clone());
-    let posted = feedback::post(client, project, &remembered, &steps).await;
+    let steps = commit_status::verdict(&remembered, &target, &outcome.clone());
+    let posted = commit_status::post(client, project, &remembered, &steps).await;
     assert_eq!(posted.error, None);
     posted.remembered
 }
@@ -105,11 +105,11 @@ async fn a_lost_answer_to_pending_is_already_there_and_its_pipeline_is_read_back
     let (fake, project, sha) = setup();
     let client = client(&fake, &TestClock::default());
     let target = target(&sha);
-    let Some(Step::Status(pending)) = feedback::pending(&Remembered::default(), &target) else { panic!() };
+    let Some(Step::Status(pending)) = commit_status::pending(&Remembered::default(), &target) else { panic!() };
     let first = client.set_commit_status(project, &pending).await.unwrap();
     let StatusPosted::Stored(stored) = first else { panic!("{first:?}") };
     // The controller did not record it (its status write failed): it posts pending again.
-    let posted = feedback::post(&client, project, &Remembered::default(), &[Step::Status(pending)]).await;
+    let posted = commit_status::post(&client, project, &Remembered::default(), &[Step::Status(pending)]).await;
     assert_eq!(posted.error, None, "400 `:enqueue from :pending` means already there");
     assert_eq!(posted.remembered.commit_status.unwrap().pipeline_id, stored.pipeline_id);
     assert_eq!(fake.counts().status(400), 1);
@@ -150,8 +150,8 @@ async fn a_developer_token_on_protected_main_is_told_which_role_it_needs() {
     fake.protect_branch(project, "main");
     fake.set_bot_role(project, DEVELOPER);
     let client = client(&fake, &TestClock::default());
-    let Some(pending) = feedback::pending(&Remembered::default(), &target(&sha)) else { panic!() };
-    let posted = feedback::post(&client, project, &Remembered::default(), &[pending]).await;
+    let Some(pending) = commit_status::pending(&Remembered::default(), &target(&sha)) else { panic!() };
+    let posted = commit_status::post(&client, project, &Remembered::default(), &[pending]).await;
     let error = posted.error.expect("403");
     assert_eq!(error.kind, ErrorKind::StatusForbidden);
     for expected in ["403", "Developer", "protected", "push or merge", "`main`", "Maintainer"] {
@@ -180,14 +180,14 @@ async fn throttles_are_waited_out_and_the_notes_limit_asks_for_a_minute() {
     fake.inject(Some("POST"), Some("/projects/:id/statuses/:sha"), Fault::Throttle { retry_after: 2 }, 1);
     let clock = TestClock::default();
     let client = client(&fake, &clock);
-    let Some(pending) = feedback::pending(&Remembered::default(), &target(&sha)) else { panic!() };
-    let posted = feedback::post(&client, project, &Remembered::default(), &[pending]).await;
+    let Some(pending) = commit_status::pending(&Remembered::default(), &target(&sha)) else { panic!() };
+    let posted = commit_status::post(&client, project, &Remembered::default(), &[pending]).await;
     assert_eq!(posted.error, None);
     assert!(clock.waits().iter().any(|w| *w >= Duration::from_secs(1)), "Retry-After honoured: {:?}", clock.waits());
 
     fake.inject(Some("POST"), Some("/projects/:id/repository/commits/:sha/comments"), Fault::AppRateLimit, 1);
-    let steps = feedback::verdict(&posted.remembered, &target(&sha), &Outcome::Refused(problems()));
-    let refused = feedback::post(&client, project, &posted.remembered, &steps).await;
+    let steps = commit_status::verdict(&posted.remembered, &target(&sha), &Outcome::Refused(problems()));
+    let refused = commit_status::post(&client, project, &posted.remembered, &steps).await;
     let error = refused.error.expect("the JSON 429 of the notes limit");
     assert_eq!((error.kind, error.retry_after), (ErrorKind::RateLimited, Some(Duration::from_secs(60))));
     assert_eq!(refused.remembered.commented_sha, None, "the comment is tried again later");
@@ -235,8 +235,8 @@ async fn the_refusal_comment_lists_every_problem_with_its_line_once() {
     );
     // The controller lost what it remembered about the comment: the marker finds it.
     let forgot = Remembered { commented_sha: None, ..remembered };
-    let steps = feedback::verdict(&forgot, &target(&sha), &Outcome::Refused(problems()));
-    let posted = feedback::post(&client, project, &forgot, &steps).await;
+    let steps = commit_status::verdict(&forgot, &target(&sha), &Outcome::Refused(problems()));
+    let posted = commit_status::post(&client, project, &forgot, &steps).await;
     assert_eq!(posted.remembered.commented_sha.as_deref(), Some(sha.as_str()));
     assert_eq!(fake.comments(project).len(), 1, "never posted twice");
 }

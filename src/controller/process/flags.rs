@@ -144,7 +144,7 @@ pub struct Args {
     pub gitlab_commit_status: bool,
     /// The commit status name; placeholders `{namespace}`, `{name}` (the registration),
     /// `{targetNamespace}`, `{revision}`, `{shortRevision}`.
-    #[arg(long, env = "CDTARGET_GITLAB_STATUS_NAME", default_value = gitlab::feedback::DEFAULT_STATUS_NAME, value_name = "NAME")]
+    #[arg(long, env = "CDTARGET_GITLAB_STATUS_NAME", default_value = gitlab::commit_status::DEFAULT_STATUS_NAME, value_name = "NAME")]
     pub gitlab_status_name: String,
     /// The commit status link, e.g. `https://dash.example.com/{targetNamespace}?rev={revision}`
     /// (same placeholders, values URL-encoded); http(s), at most 255 characters once expanded.
@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(settings.webhook_external_url, "https://cd.example.com/");
         assert!(settings.known_hosts.starts_with("gitlab.example.com"));
         let statuses = settings.commit_status.expect("commit statuses are on by default");
-        assert_eq!((statuses.name.as_str(), statuses.target_url), (gitlab::feedback::DEFAULT_STATUS_NAME, None));
+        assert_eq!((statuses.name.as_str(), statuses.target_url), (gitlab::commit_status::DEFAULT_STATUS_NAME, None));
         let with = |extra: &[&str]| {
             let mut args = full("https://cd.example.com");
             let parsed = parse(extra);

@@ -8,7 +8,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::source::error::redact_userinfo;
+use crate::text::redact_userinfo;
 
 /// Sets `stop` on SIGTERM or SIGINT.
 pub async fn stop_on_signal(stop: watch::Sender<bool>) {

@@ -16,7 +16,7 @@ use crate::controller::sooner;
 use crate::error::Class;
 use crate::problem::Problem;
 use crate::source::registration::DEFAULT_INTERVAL;
-use crate::source::short_revision;
+use crate::text::short_revision;
 
 /// The plan's verdicts after the apply, the prune and the health check.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -25,9 +25,9 @@ use crate::controller::conditions::{Health, Verdict};
 use crate::error::{Classify, Schedule};
 use crate::manifests::{ApplySet, Content};
 use crate::problem::Problem;
-use crate::source::error::redact_userinfo;
 use crate::source::registration::{DEFAULT_INTERVAL, interval_of};
-use crate::source::short_revision;
+use crate::text::redact_userinfo;
+use crate::text::short_revision;
 
 /// When the reconciler comes back after a failed fetch: a stalled source waits for a change of
 /// the registration or its Secret (both watched), a missing ref for the next poll.

@@ -32,8 +32,8 @@ use crate::apply::{Done, Write, Writer};
 use crate::controller::events::{self, EventSink, Notice};
 use crate::controller::tenant_text::{self, Object};
 use crate::problem::Problem;
-use crate::source::error::redact_userinfo;
-use crate::source::short_revision;
+use crate::text::redact_userinfo;
+use crate::text::short_revision;
 
 /// How long a reconcile waits for the first list of the SyncStatus watch.
 const STORE_READY: Duration = Duration::from_secs(30);

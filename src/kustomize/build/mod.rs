@@ -11,9 +11,9 @@
 //! Everything is read through [`Files`]; paths are resolved lexically and may not leave the
 //! repository, nothing remote is fetched, and the walk is bounded (depth, files, objects, bytes).
 
-pub mod model;
-pub mod order;
-pub mod paths;
+pub(crate) mod model;
+pub(crate) mod order;
+pub(crate) mod paths;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -41,16 +41,16 @@ pub const KUSTOMIZATION_FILE_NAMES: [&str; 3] = ["kustomization.yaml", "kustomiz
 /// Most kustomizations nested in one another (an overlay of an overlay of ... a base).
 pub const MAX_DEPTH: usize = 32;
 /// Most kustomization and component files one build reads (a base reached twice counts twice).
-pub const MAX_KUSTOMIZATIONS: usize = 2_000;
+pub(crate) const MAX_KUSTOMIZATIONS: usize = 2_000;
 /// Most objects one kustomization may hold, with its bases.
-pub const MAX_OBJECTS: usize = 100_000;
+pub(crate) const MAX_OBJECTS: usize = 100_000;
 /// Largest kustomization file.
-pub const MAX_KUSTOMIZATION_BYTES: usize = 1 << 20;
+pub(crate) const MAX_KUSTOMIZATION_BYTES: usize = 1 << 20;
 /// Most bytes of kustomizations, resources and patches one build reads.
-pub const MAX_BYTES: usize = 256 << 20;
+pub(crate) const MAX_BYTES: usize = 256 << 20;
 
 /// The annotation that keeps an object out of the output (kustomize's `IgnoreLocal`).
-pub const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
+pub(crate) const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
 
 /// Annotations kustomize keeps for itself while building and strips from its output: a document
 /// carrying one would steer the build (a hash, earlier names), so it is refused.
@@ -83,7 +83,7 @@ pub struct Build {
 }
 
 /// The kustomization file of directory `dir`, if it has one.
-pub fn find_kustomization(files: &dyn Files, dir: &str) -> Result<Option<String>, String> {
+pub(crate) fn find_kustomization(files: &dyn Files, dir: &str) -> Result<Option<String>, String> {
     for name in KUSTOMIZATION_FILE_NAMES {
         let path = if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") };
         if files.stat(&path)? == Some(super::files::Kind::File) {

@@ -3,15 +3,16 @@
 
 use serde_json::{Map, Value};
 
+use super::order::{self, SortOrder};
 use crate::problem::{Problem, Problems};
 
 /// `apiVersion` of a `Kustomization`.
-pub const KUSTOMIZATION_API_VERSION: &str = "kustomize.config.k8s.io/v1beta1";
+pub(crate) const KUSTOMIZATION_API_VERSION: &str = "kustomize.config.k8s.io/v1beta1";
 /// `apiVersion` of a `Component`.
-pub const COMPONENT_API_VERSION: &str = "kustomize.config.k8s.io/v1alpha1";
+pub(crate) const COMPONENT_API_VERSION: &str = "kustomize.config.k8s.io/v1alpha1";
 
 /// The fields cdtarget builds (docs/kustomize.md, "The build").
-pub const ACCEPTED: &[&str] = &[
+pub(crate) const ACCEPTED: &[&str] = &[
     "apiVersion",
     "kind",
     "metadata",
@@ -36,7 +37,7 @@ pub const ACCEPTED: &[&str] = &[
 ];
 
 /// kustomize's other fields, refused by name with what to do instead.
-pub const REFUSED: &[(&str, &str)] = &[
+pub(crate) const REFUSED: &[(&str, &str)] = &[
     (
         "helmCharts",
         "Helm charts are not inflated (that would run Helm on the tenant's input); render the chart and commit its output",
@@ -82,23 +83,9 @@ pub struct Kustomization {
     pub raw: Value,
 }
 
-/// `sortOptions`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SortOrder {
-    /// `order: legacy`, with kustomize's kind lists or the ones given.
-    Legacy {
-        /// `legacySortOptions.orderFirst`.
-        first: Vec<String>,
-        /// `legacySortOptions.orderLast`.
-        last: Vec<String>,
-    },
-    /// `order: fifo`: the order the build accumulated.
-    Fifo,
-}
-
 /// The longest `namePrefix` or `nameSuffix`: a name keeps at least one character of its own within
 /// the 253 a name may have.
-pub const MAX_AFFIX: usize = 252;
+pub(crate) const MAX_AFFIX: usize = 252;
 
 /// Parses the text of kustomization file `file`; problems are located in it.
 pub fn parse(text: &str, file: &str) -> Result<Kustomization, Vec<Problem>> {
@@ -244,7 +231,7 @@ fn sort_options(options: &Value, problems: &mut Problems) -> Option<SortOrder> {
         }
         Some("fifo") => Some(SortOrder::Fifo),
         Some("legacy") => match legacy {
-            None => Some(SortOrder::Legacy { first: kinds(super::order::FIRST), last: kinds(super::order::LAST) }),
+            None => Some(SortOrder::Legacy { first: kinds(order::FIRST), last: kinds(order::LAST) }),
             Some(Value::Object(lists)) => {
                 for key in lists.keys().filter(|k| *k != "orderFirst" && *k != "orderLast") {
                     problems.push(

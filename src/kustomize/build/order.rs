@@ -8,11 +8,10 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::model::SortOrder;
 use crate::kustomize::resource::Resource;
 
 /// The kinds kustomize puts first, in this order.
-pub const FIRST: &[&str] = &[
+pub(crate) const FIRST: &[&str] = &[
     "Namespace",
     "ResourceQuota",
     "StorageClass",
@@ -38,7 +37,21 @@ pub const FIRST: &[&str] = &[
 ];
 
 /// The kinds kustomize puts last, in this order.
-pub const LAST: &[&str] = &["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"];
+pub(crate) const LAST: &[&str] = &["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"];
+
+/// `sortOptions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SortOrder {
+    /// `order: legacy`, with kustomize's kind lists or the ones given.
+    Legacy {
+        /// `legacySortOptions.orderFirst`.
+        first: Vec<String>,
+        /// `legacySortOptions.orderLast`.
+        last: Vec<String>,
+    },
+    /// `order: fifo`: the order the build accumulated.
+    Fifo,
+}
 
 /// What an object is sorted by.
 struct Key {

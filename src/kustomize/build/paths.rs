@@ -40,7 +40,7 @@ impl Refusal {
 }
 
 /// Whether `entry` names something remote (and would make kustomize fetch), by its shape alone.
-pub fn is_remote(entry: &str) -> bool {
+pub(crate) fn is_remote(entry: &str) -> bool {
     let lower = entry.to_ascii_lowercase();
     lower.contains("://")
         || lower.starts_with("git@")
@@ -60,7 +60,7 @@ pub fn is_remote(entry: &str) -> bool {
 
 /// Whether the first segment of `entry` looks like a host name (`example.com/org/repo`): such an
 /// entry that names nothing in the repository is what kustomize clones.
-pub fn looks_like_host(entry: &str) -> bool {
+pub(crate) fn looks_like_host(entry: &str) -> bool {
     let Some((first, rest)) = entry.split_once('/') else { return false };
     let labels: Vec<&str> = first.split('.').collect();
     !rest.is_empty()
@@ -100,7 +100,7 @@ pub fn resolve(dir: &str, entry: &str) -> Result<String, Refusal> {
 }
 
 /// Whether `path` is `dir` or beneath it (both root-relative and normalised).
-pub fn is_within(path: &str, dir: &str) -> bool {
+pub(crate) fn is_within(path: &str, dir: &str) -> bool {
     dir.is_empty() || path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
 }
 

@@ -15,7 +15,7 @@ use crate::problem::{Problem, join_path};
 /// One field spec: the field at `path` in objects of the given group, version and kind (empty
 /// means any).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FieldSpec {
+pub(crate) struct FieldSpec {
     /// API group (`apps`); empty for any, and the core group has none to select it by.
     pub group: &'static str,
     /// API version (`v1`); empty for any.
@@ -31,7 +31,7 @@ pub struct FieldSpec {
 /// What a walk creates for the last field of the path when it is missing (kustomize's
 /// `CreateKind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Create {
+pub(crate) enum Create {
     /// Nothing: the field must be there (images).
     Nothing,
     /// An empty map (labels, annotations).
@@ -187,11 +187,11 @@ const fn spec(
 
 /// `metadata/labels` of every object: where a `labels` entry without `includeSelectors` or
 /// `includeTemplates` writes.
-pub const METADATA_LABELS: &[FieldSpec] = &[spec("", "", "", "metadata/labels", true)];
+pub(crate) const METADATA_LABELS: &[FieldSpec] = &[spec("", "", "", "metadata/labels", true)];
 
 /// kustomize's `templateLabels`: `metadata/labels` and the labels of pod and claim templates
 /// (`includeTemplates`).
-pub const TEMPLATE_LABELS: &[FieldSpec] = &[
+pub(crate) const TEMPLATE_LABELS: &[FieldSpec] = &[
     spec("", "", "", "metadata/labels", true),
     spec("", "v1", "ReplicationController", "spec/template/metadata/labels", true),
     spec("", "", "Deployment", "spec/template/metadata/labels", true),
@@ -214,7 +214,7 @@ const AFFINITY_SELECTORS: [&str; 5] = [
 
 /// kustomize's `commonLabels` specs: the selectors, then [`TEMPLATE_LABELS`] (`commonLabels`,
 /// and `labels` entries with `includeSelectors`).
-pub const COMMON_LABELS: &[FieldSpec] = &[
+pub(crate) const COMMON_LABELS: &[FieldSpec] = &[
     spec("", "v1", "Service", "spec/selector", true),
     spec("", "v1", "ReplicationController", "spec/selector", true),
     spec("", "", "Deployment", "spec/selector/matchLabels", true),
@@ -251,7 +251,7 @@ pub const COMMON_LABELS: &[FieldSpec] = &[
 ];
 
 /// kustomize's `commonAnnotations` specs: every object's and its pod templates'.
-pub const COMMON_ANNOTATIONS: &[FieldSpec] = &[
+pub(crate) const COMMON_ANNOTATIONS: &[FieldSpec] = &[
     spec("", "", "", "metadata/annotations", true),
     spec("", "v1", "ReplicationController", "spec/template/metadata/annotations", true),
     spec("", "", "Deployment", "spec/template/metadata/annotations", true),
@@ -273,7 +273,7 @@ pub const IMAGES: &[FieldSpec] = &[
 ];
 
 /// kustomize's `replicas` specs.
-pub const REPLICAS: &[FieldSpec] = &[
+pub(crate) const REPLICAS: &[FieldSpec] = &[
     spec("", "", "Deployment", "spec/replicas", true),
     spec("", "", "ReplicationController", "spec/replicas", true),
     spec("", "", "ReplicaSet", "spec/replicas", true),

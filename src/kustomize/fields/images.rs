@@ -20,7 +20,7 @@ use crate::kustomize::comparisons::Counted;
 use crate::problem::{Problem, Problems, join_path};
 
 /// The longest image name, new name, tag or digest accepted.
-pub const MAX_IMAGE_LENGTH: usize = 1024;
+pub(crate) const MAX_IMAGE_LENGTH: usize = 1024;
 
 /// `images` of one kustomization.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -8,7 +8,7 @@
 //! entry nothing answers to), then images.
 
 pub mod annotations;
-pub mod fieldspec;
+pub(crate) mod fieldspec;
 pub mod images;
 pub mod labels;
 pub mod replicas;
@@ -23,7 +23,7 @@ pub const MAX_ENTRIES: usize = 1_000;
 
 /// The most bytes the keys and values of `commonAnnotations` may hold together (the API server's
 /// limit on an object's annotations).
-pub const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_ANNOTATION_BYTES: usize = 256 * 1024;
 
 /// A kustomization field that must be a list: its elements, or none when absent or `null`.
 fn list<'a>(kustomization: &'a Value, field: &str, problems: &mut Problems) -> &'a [Value] {

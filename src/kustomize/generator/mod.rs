@@ -23,7 +23,7 @@ use crate::problem::{Problem, Problems};
 
 /// The most a generated object may hold: keys and values of `data` and `binaryData` (before
 /// base64), Kubernetes' limit for a ConfigMap or a Secret. Every file read is bounded by it too.
-pub const MAX_GENERATED_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_GENERATED_BYTES: usize = 1024 * 1024;
 
 /// What a generator entry does with an object of the same name from the resources or a base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -459,7 +459,7 @@ pub fn absorb(resources: &mut Vec<Resource>, generated: Generated, kustomization
 /// ones before it added), stopping at the first problem. The objects they may merge into are
 /// found through an index by kind, name and namespace built once, so many entries over many
 /// objects stay linear.
-pub fn absorb_all(
+pub(crate) fn absorb_all(
     resources: &mut Vec<Resource>,
     generated: Vec<Generated>,
     kustomization_file: &str,
@@ -559,7 +559,7 @@ fn absorb_one(
 /// taken. The problem's field is relative to the entry (`behavior`, or `""` for the entry itself):
 /// the caller puts it under the entry ([`Problem::under`] with [`Generated::field`]) and locates
 /// it in the kustomization file.
-pub fn combine(existing: &mut Resource, generated: Generated) -> Result<(), Problem> {
+pub(crate) fn combine(existing: &mut Resource, generated: Generated) -> Result<(), Problem> {
     let field = "behavior";
     let (kind, name) = (generated.kind().to_owned(), existing.name().to_owned());
     if existing.kind() != kind {

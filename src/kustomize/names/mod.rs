@@ -7,8 +7,8 @@
 //! [`fix_references`] finds, for every name written in a referring field (the table of
 //! [`references`]), the object that was once called so.
 
-pub mod references;
-pub mod scope;
+pub(crate) mod references;
+pub(crate) mod scope;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -37,7 +37,7 @@ use references::{Gvk, default_name_references};
 /// Refused: an object of a kind the API server knows to be cluster-scoped but kustomize does not
 /// (kustomize would give it a namespace), and two objects that end up with the same kind, name and
 /// namespace (kustomize refuses this too).
-pub fn set_namespace(resources: &mut [Resource], namespace: &str) -> Result<(), Problem> {
+pub(crate) fn set_namespace(resources: &mut [Resource], namespace: &str) -> Result<(), Problem> {
     if namespace.is_empty() {
         return Ok(());
     }
@@ -128,7 +128,7 @@ fn keeps_its_name(resource: &Resource) -> bool {
 /// CustomResourceDefinitions, Namespaces and APIServices gets `prefix` in front and `suffix`
 /// behind (cluster-scoped objects too); each is remembered for [`fix_references`]. Empty ones
 /// change nothing.
-pub fn add_prefix_suffix(resources: &mut [Resource], prefix: &str, suffix: &str) -> Result<(), Problem> {
+pub(crate) fn add_prefix_suffix(resources: &mut [Resource], prefix: &str, suffix: &str) -> Result<(), Problem> {
     for resource in resources.iter_mut().filter(|r| !keeps_its_name(r)) {
         // kustomize runs the prefix transformer, then the suffix one, each remembering the id.
         if !prefix.is_empty() {
@@ -152,12 +152,12 @@ pub fn add_prefix_suffix(resources: &mut [Resource], prefix: &str, suffix: &str)
 /// Appends the content hash ([`generator::content_hash`]) to the names of the resources that need
 /// it, computed over the object as it stands (after every transformer of every level, as
 /// kustomize hashes at the top).
-pub fn add_hash_suffixes(resources: &mut [Resource]) -> Result<(), Problem> {
+pub(crate) fn add_hash_suffixes(resources: &mut [Resource]) -> Result<(), Problem> {
     add_hash_suffixes_with(resources, &generator::content_hash)
 }
 
 /// [`add_hash_suffixes`] with the hash function given.
-pub fn add_hash_suffixes_with(
+pub(crate) fn add_hash_suffixes_with(
     resources: &mut [Resource],
     hash: &dyn Fn(&Value) -> Result<String, String>,
 ) -> Result<(), Problem> {
@@ -380,7 +380,7 @@ enum Shape {
 /// namespaces the referrer may see (an index by kind, earlier name and namespace), never every
 /// namespace's; a cluster-scoped referrer sees them all, and what its references resolve to is
 /// kept for the next with the same name, shape and prefixes and suffixes.
-pub fn fix_references(resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
+pub(crate) fn fix_references(resources: &mut [Resource]) -> Result<(), Vec<Problem>> {
     let index = Index::new(resources);
     let table = default_name_references();
     let mut problems = Vec::new();

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 /// A group, version and kind pattern; an empty part matches anything (kustomize's
 /// `Gvk.IsSelected`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Gvk {
+pub(crate) struct Gvk {
     /// The API group (`""` matches every group).
     pub group: &'static str,
     /// The version (`""` matches every version).
@@ -36,7 +36,7 @@ impl Gvk {
 /// scalars (`rules[].resourceNames`), or a map or list of maps with `name` and `namespace`
 /// (`subjects`, `clientConfig.service`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Referrer {
+pub(crate) struct Referrer {
     /// Which objects have the field.
     pub gvk: Gvk,
     /// The field's path; lists on the way are walked element by element.
@@ -45,7 +45,7 @@ pub struct Referrer {
 
 /// A kind that is referred to by name, and the fields that refer to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NameReference {
+pub(crate) struct NameReference {
     /// The kind referred to.
     pub target: Gvk,
     /// The fields referring to it.
@@ -241,7 +241,7 @@ fn build() -> Vec<NameReference> {
 }
 
 /// kustomize v5.5's default name-reference configuration, in its order.
-pub fn default_name_references() -> &'static [NameReference] {
+pub(crate) fn default_name_references() -> &'static [NameReference] {
     static TABLE: OnceLock<Vec<NameReference>> = OnceLock::new();
     TABLE.get_or_init(build)
 }

@@ -50,19 +50,19 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
 ];
 
 /// Whether kustomize v5.5 treats objects of `api_version` and `kind` as cluster-scoped.
-pub fn is_cluster_scoped(api_version: &str, kind: &str) -> bool {
+pub(crate) fn is_cluster_scoped(api_version: &str, kind: &str) -> bool {
     CLUSTER_SCOPED.iter().any(|&(v, k)| v == api_version && k == kind)
 }
 
 /// Whether the API server the tests run knows the kind as cluster-scoped where kustomize v5.5
 /// would give it a namespace.
-pub fn unknown_to_kustomize(api_version: &str, kind: &str) -> bool {
+pub(crate) fn unknown_to_kustomize(api_version: &str, kind: &str) -> bool {
     !is_cluster_scoped(api_version, kind) && MergeKeys::builtin().is_cluster_scoped(api_version, kind)
 }
 
 /// kustomize's "effective namespace" of an object: `None` for a cluster-scoped one, `default`
 /// for a namespaced one without a namespace.
-pub fn effective_namespace<'a>(api_version: &str, kind: &str, namespace: Option<&'a str>) -> Option<&'a str> {
+pub(crate) fn effective_namespace<'a>(api_version: &str, kind: &str, namespace: Option<&'a str>) -> Option<&'a str> {
     if is_cluster_scoped(api_version, kind) {
         None
     } else {

@@ -8,9 +8,9 @@
 //! the builder calls [`Patches::apply_strategic_merge`], [`Patches::apply_patches`] and
 //! [`Patches::apply_json6902`] around its transformers.
 
-pub mod json6902;
+pub(crate) mod json6902;
 pub mod schema;
-pub mod strategic;
+pub(crate) mod strategic;
 
 use serde_json::Value;
 
@@ -46,7 +46,7 @@ pub struct Patch {
 
 /// Reads the text of a file named by the kustomization (relative to it); the builder decides
 /// what may be read and how much.
-pub type Load<'a> = dyn FnMut(&str) -> Result<String, String> + 'a;
+pub(crate) type Load<'a> = dyn FnMut(&str) -> Result<String, String> + 'a;
 
 /// The three patch fields of one kustomization.
 #[derive(Clone, Debug, Default)]

@@ -5,7 +5,7 @@
 //! evaluating the same revision again sends nothing. Both return a [`CommitStatusReport`].
 //!
 //! The decisions are plain functions ([`target_of`], [`outcome_of`], [`condition_of`]) and
-//! [`crate::gitlab::feedback`]'s; GitLab being down or refusing never blocks or undoes the
+//! [`crate::gitlab::commit_status`]'s; GitLab being down or refusing never blocks or undoes the
 //! apply: it ends in the `CommitStatusPosted` condition and is tried again next reconcile.
 
 use std::time::Duration;
@@ -20,7 +20,7 @@ use crate::api::tenant_repository::TenantRepository;
 use crate::controller::conditions::{Health, Verdict};
 use crate::controller::tenant_text::{self, Object};
 use crate::error::{Class, Classify, Reason};
-use crate::gitlab::feedback::{self, Outcome, Remembered, Step, Target, Vars};
+use crate::gitlab::commit_status::{self as decisions, Outcome, Remembered, Step, Target, Vars};
 use crate::gitlab::{self, GitLabError};
 
 /// What the commit status phases did in one reconcile, for the reconcile's report.
@@ -103,7 +103,7 @@ pub fn outcome_of(repo: &TenantRepository, plan: &Concluded) -> Option<Outcome> 
 }
 
 /// `CommitStatusPosted` and the requeue after posting (`posted`) or failing to.
-pub fn condition_of(posted: &feedback::Posted) -> (Verdict, Option<Duration>) {
+pub fn condition_of(posted: &decisions::Posted) -> (Verdict, Option<Duration>) {
     match &posted.error {
         None => {
             let mut message = posted.to_string();
@@ -156,7 +156,7 @@ pub async fn pending(
     let Some(revision) = plan.fetched_revision.as_deref().filter(|_| outcome_relevant(plan)) else { return step };
     let target = target_of(repo, namespace, statuses, revision);
     step.target = Some(target.clone());
-    let Some(pending) = feedback::pending(&step.remembered, &target) else { return step };
+    let Some(pending) = decisions::pending(&step.remembered, &target) else { return step };
     let project = match gitlab::project_of(repo) {
         Ok(project) => project,
         Err(error) => return step.failed(&error),
@@ -190,7 +190,7 @@ pub async fn verdict(
         return step;
     }
     let Some(outcome) = outcome_of(repo, concluded) else { return step };
-    let steps = feedback::verdict(&step.remembered, &target, &outcome);
+    let steps = decisions::verdict(&step.remembered, &target, &outcome);
     if steps.is_empty() {
         return step;
     }
@@ -222,9 +222,9 @@ impl CommitStatusReport {
     }
 
     async fn run(&mut self, client: &gitlab::GitLabClient, project_id: i64, steps: &[Step]) {
-        let posted = feedback::post(client, project_id, &self.remembered, steps).await;
+        let posted = decisions::post(client, project_id, &self.remembered, steps).await;
         if let Some(error) = &posted.error {
-            tracing::info!(error = %error, steps = ?feedback::summary(steps), "commit status not posted");
+            tracing::info!(error = %error, steps = ?decisions::summary(steps), "commit status not posted");
         }
         let (verdict, requeue) = condition_of(&posted);
         self.writes += posted.writes;
@@ -314,12 +314,12 @@ mod tests {
     #[test]
     fn a_transient_failure_comes_back_sooner_and_a_refusal_waits() {
         let down = GitLabError::new(gitlab::ErrorKind::Unavailable, "502");
-        let posted = feedback::Posted { error: Some(down), ..feedback::Posted::default() };
+        let posted = decisions::Posted { error: Some(down), ..decisions::Posted::default() };
         let (verdict, requeue) = condition_of(&posted);
         assert_eq!((verdict.ok, verdict.reason.as_str(), requeue), (false, "GitLabUnavailable", Some(TRANSIENT_RETRY)));
         assert!(verdict.message.contains("the apply is not affected"), "{}", verdict.message);
         let forbidden = GitLabError::new(gitlab::ErrorKind::StatusForbidden, "403");
-        let (verdict, requeue) = condition_of(&feedback::Posted { error: Some(forbidden), ..Default::default() });
+        let (verdict, requeue) = condition_of(&decisions::Posted { error: Some(forbidden), ..Default::default() });
         assert_eq!((verdict.reason.as_str(), requeue), ("GitLabStatusForbidden", None));
     }
 }

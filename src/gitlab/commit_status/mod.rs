@@ -13,21 +13,22 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::client::{
-    CommentPosted, CommitState, GitLabClient, MAX_NOTE_CHARS, StatusParams, StatusPosted, acceptable_target_url,
-};
+pub(crate) mod text;
+
+use self::text::{MAX_NOTE_CHARS, MAX_STATUS_FIELD_CHARS, acceptable_target_url, cut_chars, single_line};
+use super::client::{CommentPosted, CommitState, GitLabClient, StatusParams, StatusPosted};
 use super::error::{ErrorKind, GitLabError};
 use crate::api::tenant_repository::PostedCommitStatus;
 use crate::problem::Problem;
-use crate::source::error::redact_userinfo;
-use crate::source::short_revision;
+use crate::text::redact_userinfo;
+use crate::text::short_revision;
 
 /// The default status name: one per registration, so that two registrations of one repository
 /// never update each other's record.
 pub const DEFAULT_STATUS_NAME: &str = "cdtarget:{namespace}/{name}";
 
 /// The placeholders of `--gitlab-status-name` and `--gitlab-status-target-url`.
-pub const PLACEHOLDERS: &[&str] = &["namespace", "name", "targetNamespace", "revision", "shortRevision"];
+pub(crate) const PLACEHOLDERS: &[&str] = &["namespace", "name", "targetNamespace", "revision", "shortRevision"];
 
 /// How commit statuses are posted (`--gitlab-status-name`, `--gitlab-status-target-url`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -256,13 +257,13 @@ pub fn verdict(remembered: &Remembered, target: &Target, outcome: &Outcome) -> V
 
 /// `description` as GitLab takes it: URL userinfo redacted, one line, at most 255 characters,
 /// an ellipsis when cut.
-pub fn cut_description(description: &str) -> String {
-    let line = super::client::single_line(&redact_userinfo(description));
+pub(crate) fn cut_description(description: &str) -> String {
+    let line = single_line(&redact_userinfo(description));
     let line = line.trim();
-    if line.chars().count() <= super::client::MAX_STATUS_FIELD_CHARS {
+    if line.chars().count() <= MAX_STATUS_FIELD_CHARS {
         return line.to_owned();
     }
-    format!("{}…", super::client::cut_chars(line, super::client::MAX_STATUS_FIELD_CHARS - 1))
+    format!("{}…", cut_chars(line, MAX_STATUS_FIELD_CHARS - 1))
 }
 
 /// The hidden line that marks the refusal comment of a registration on a revision.
@@ -272,7 +273,7 @@ pub fn marker(target: &Target) -> String {
 
 /// `path/file.yaml:LINE (document N): field: message`, leaving out what is unknown, on one
 /// line (line breaks and control characters shown as `\n`, `\u{…}`), URL userinfo redacted.
-pub fn problem_line(problem: &Problem) -> String {
+pub(crate) fn problem_line(problem: &Problem) -> String {
     let mut line = String::new();
     if let Some(file) = &problem.file {
         line.push_str(file);
@@ -311,7 +312,7 @@ fn escape_controls(text: &str) -> String {
 /// The refusal comment: the marker, a sentence, every problem on its own line in a code fence
 /// longer than any run of backticks in them, within GitLab's 1,000,000 characters, with every
 /// line that could be a quick action escaped ([`neutralise_quick_actions`]).
-pub fn refusal_comment(target: &Target, marker: &str, problems: &[Problem]) -> String {
+pub(crate) fn refusal_comment(target: &Target, marker: &str, problems: &[Problem]) -> String {
     let lines: Vec<String> = problems.iter().map(problem_line).collect();
     let longest_run = lines.iter().map(|l| longest_backtick_run(l)).max().unwrap_or(0);
     let fence = "`".repeat((longest_run + 1).max(3));
@@ -355,7 +356,7 @@ fn longest_backtick_run(text: &str) -> usize {
 
 /// Every line whose first non-blank character is `/` gets a `\` before it, so GitLab never reads
 /// it as a quick action (`/merge`, `/assign @x`, `/tag`), in a code block or not.
-pub fn neutralise_quick_actions(note: &str) -> String {
+pub(crate) fn neutralise_quick_actions(note: &str) -> String {
     note.split('\n')
         .map(|line| {
             let trimmed = line.trim_start();

@@ -1,545 +1,42 @@
 //! A thin GitLab REST client (reqwest) for the few endpoints the syncer needs: project lookup,
-//! deploy keys and project hooks. It pages with `per_page=100`, waits out both kinds of 429,
+//! deploy keys, project hooks, commit statuses and comments. It pages with `per_page=100`, waits out both kinds of 429,
 //! retries 5xx and connection failures with backoff, bounds every body it reads, and maps
 //! failures to [`GitLabError`]s whose messages never hold the token.
+//!
+//! - [`config`]: the token, the clock, the retry policy and the configuration;
+//! - [`wire`]: what GitLab returns and what the client sends;
+//! - [`endpoints`]: one method per endpoint;
+//! - this module: the client and its transport (retries, 429s, paging, bounded reads, the
+//!   requests in flight and their counts).
+
+mod config;
+mod endpoints;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::error::{ErrorKind, GitLabError};
-use crate::source::short_revision;
 
 /// Items asked for per page: GitLab's maximum.
-pub const PER_PAGE: usize = 100;
+pub(crate) const PER_PAGE: usize = 100;
 /// Pages read from one listing at most (10,000 items): a guard against a server that never ends.
 const MAX_PAGES: usize = 100;
-/// Largest token file read.
-const MAX_TOKEN_FILE_BYTES: u64 = 64 * 1024;
 
-// === secrets ===
-
-/// A secret string (the bot token, a webhook token): `Debug` and `Display` show `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps `value` as it is.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// Reads a token file: at most 64 KiB, surrounding whitespace removed, non-empty, one line.
-    pub fn from_file(path: &Path, what: &str) -> Result<Self, GitLabError> {
-        let invalid =
-            |why: String| GitLabError::new(ErrorKind::InvalidConfig, format!("{what} {}: {why}", path.display()));
-        let size = std::fs::metadata(path).map_err(|e| invalid(format!("cannot read it: {e}")))?.len();
-        if size > MAX_TOKEN_FILE_BYTES {
-            return Err(invalid(format!(
-                "is {size} bytes; a token file of at most {MAX_TOKEN_FILE_BYTES} bytes is read"
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read it: {e}")))?;
-        let token = text.trim();
-        if token.is_empty() {
-            return Err(invalid("is empty; expected the token on one line".into()));
-        }
-        if token.contains(['\n', '\r']) {
-            return Err(invalid("holds more than one line; expected the token alone on one line".into()));
-        }
-        Ok(Secret(token.to_owned()))
-    }
-
-    /// The secret itself, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-// === time ===
-
-/// The wall clock and the sleeping the client does while it waits out a 429 or backs off.
-/// Injectable so tests can see the waits without spending them.
-pub trait Clock: Send + Sync + 'static {
-    /// Now, for `RateLimit-Reset` (Unix seconds).
-    fn now(&self) -> SystemTime;
-    /// Waits `duration`.
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
-}
-
-/// The real clock: `SystemTime::now` and `tokio::time::sleep`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
-
-// === configuration ===
-
-/// How often and how long the client retries.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts per request, the first included, when it meets 5xx or connection failures
-    /// (429s do not count here).
-    pub max_attempts: u32,
-    /// First backoff after a 5xx or a connection failure; doubled each time, with jitter.
-    pub base_backoff: Duration,
-    /// Longest single backoff.
-    pub max_backoff: Duration,
-    /// Longest total wait for 429s one request accepts (`Retry-After`, `RateLimit-Reset`, or
-    /// backoff for an application limit that names no time); beyond it the request fails with
-    /// [`ErrorKind::RateLimited`] so the caller requeues instead of holding a worker.
-    pub max_rate_limit_wait: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 5,
-            base_backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(30),
-            max_rate_limit_wait: Duration::from_secs(120),
-        }
-    }
-}
-
-/// Everything a [`GitLabClient`] is built from.
-#[derive(Clone)]
-pub struct ClientConfig {
-    /// The GitLab instance, e.g. `https://gitlab.example.com` (a trailing `/api/v4` is accepted).
-    pub base_url: String,
-    /// The bot's access token, sent as `PRIVATE-TOKEN`.
-    pub token: Secret,
-    /// Upper bound on one request, body included.
-    pub timeout: Duration,
-    /// Upper bound on connecting.
-    pub connect_timeout: Duration,
-    /// Largest response body read.
-    pub max_body_bytes: usize,
-    /// Retries and waits.
-    pub retry: RetryPolicy,
-    /// The clock waits go through.
-    pub clock: Arc<dyn Clock>,
-}
-
-impl ClientConfig {
-    /// Defaults: 30 s per request, 10 s to connect, 8 MiB bodies, [`RetryPolicy::default`].
-    pub fn new(base_url: impl Into<String>, token: Secret) -> Self {
-        ClientConfig {
-            base_url: base_url.into(),
-            token,
-            timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(10),
-            max_body_bytes: 8 << 20,
-            retry: RetryPolicy::default(),
-            clock: Arc::new(SystemClock),
-        }
-    }
-}
-
-impl fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("base_url", &self.base_url)
-            .field("token", &self.token)
-            .field("timeout", &self.timeout)
-            .field("retry", &self.retry)
-            .finish_non_exhaustive()
-    }
-}
-
-// === what GitLab returns ===
-
-/// `GET /projects/:id`, the fields used.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct Project {
-    /// Numeric id: stable across renames and transfers.
-    pub id: i64,
-    /// `group/subgroup/project`.
-    #[serde(default)]
-    pub path_with_namespace: String,
-}
-
-/// A deploy key linked to a project.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct DeployKey {
-    /// Id of the key (shared by every project it is linked to).
-    pub id: i64,
-    /// Title.
-    #[serde(default)]
-    pub title: String,
-    /// GitLab's stored form of the public key.
-    #[serde(default)]
-    pub key: String,
-    /// `SHA256:...`, what keys are matched by.
-    #[serde(default)]
-    pub fingerprint_sha256: Option<String>,
-    /// Write access on this project; absent in `enable` answers.
-    #[serde(default)]
-    pub can_push: Option<bool>,
-}
-
-/// A project hook. GitLab never returns its token.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct Hook {
-    /// Id of the hook.
-    pub id: i64,
-    /// Where deliveries go.
-    pub url: String,
-    /// Name (GitLab 17+); cdtarget writes its ownership marker here.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Push events.
-    #[serde(default)]
-    pub push_events: bool,
-    /// Tag push events.
-    #[serde(default)]
-    pub tag_push_events: bool,
-    /// TLS verification of the receiver.
-    #[serde(default = "default_true")]
-    pub enable_ssl_verification: bool,
-    /// Which branches trigger push events.
-    #[serde(default)]
-    pub push_events_branch_filter: Option<String>,
-    /// `wildcard`, `regex` or `all_branches` (absent on older GitLab).
-    #[serde(default)]
-    pub branch_filter_strategy: Option<String>,
-    /// GitLab 19+: whether a token is stored.
-    #[serde(default)]
-    pub token_present: Option<bool>,
-    /// `executable`, `temporarily_disabled` or `disabled`.
-    #[serde(default)]
-    pub alert_status: Option<String>,
-    /// Every other `*_events` flag that is on (e.g. `merge_requests_events`).
-    #[serde(skip)]
-    pub other_events: Vec<String>,
-}
-
-fn default_true() -> bool {
-    true
-}
-
-impl Hook {
-    fn from_value(value: Value) -> Result<Hook, serde_json::Error> {
-        let other_events = match &value {
-            Value::Object(fields) => fields
-                .iter()
-                .filter(|(name, on)| {
-                    name.ends_with("_events")
-                        && *on == &Value::Bool(true)
-                        && !matches!(name.as_str(), "push_events" | "tag_push_events")
-                })
-                .map(|(name, _)| name.clone())
-                .collect(),
-            _ => Vec::new(),
-        };
-        let mut hook: Hook = serde_json::from_value(value)?;
-        hook.other_events = other_events;
-        Ok(hook)
-    }
-}
-
-/// The event flags of project hooks the syncer always sends as `false` (GitLab turns
-/// `push_events` on by default and keeps what is not sent).
-pub const OTHER_EVENT_FLAGS: &[&str] = &[
-    "merge_requests_events",
-    "issues_events",
-    "confidential_issues_events",
-    "note_events",
-    "confidential_note_events",
-    "job_events",
-    "pipeline_events",
-    "wiki_page_events",
-    "deployment_events",
-    "releases_events",
-    "feature_flag_events",
-    "emoji_events",
-    "resource_access_token_events",
-    "member_events",
-    "project_events",
-    "milestone_events",
-    "vulnerability_events",
-];
-
-/// What a created or edited hook is set to. Every flag is sent explicitly.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HookParams {
-    /// Receiver URL.
-    pub url: String,
-    /// Secret token GitLab sends as `X-Gitlab-Token`; always sent (a URL change wipes it).
-    pub token: Secret,
-    /// Ownership marker.
-    pub name: String,
-    /// Tag push events (when the registration follows a tag).
-    pub tag_push_events: bool,
-    /// Branch filter for push events; empty for all branches.
-    pub branch_filter: String,
-    /// Other `*_events` flags the hook has on and that must be switched off.
-    pub switch_off: Vec<String>,
-}
-
-impl HookParams {
-    /// The JSON body, token included.
-    fn body(&self) -> Value {
-        let mut body = Map::new();
-        body.insert("url".into(), json!(self.url));
-        body.insert("token".into(), json!(self.token.expose()));
-        body.insert("name".into(), json!(self.name));
-        body.insert("push_events".into(), json!(true));
-        body.insert("tag_push_events".into(), json!(self.tag_push_events));
-        for flag in OTHER_EVENT_FLAGS.iter().copied().chain(self.switch_off.iter().map(String::as_str)) {
-            body.insert(flag.into(), json!(false));
-        }
-        body.insert("enable_ssl_verification".into(), json!(true));
-        body.insert("push_events_branch_filter".into(), json!(self.branch_filter));
-        let strategy = if self.branch_filter.is_empty() { "all_branches" } else { "wildcard" };
-        body.insert("branch_filter_strategy".into(), json!(strategy));
-        Value::Object(body)
-    }
-}
-
-// === commit statuses and comments ===
-
-/// GitLab's longest commit status `description` and `target_url`, in characters.
-pub const MAX_STATUS_FIELD_CHARS: usize = 255;
-/// GitLab's longest note, in characters.
-pub const MAX_NOTE_CHARS: usize = 1_000_000;
-/// How long a note POST answered with the application rate limit (JSON 429, no `Retry-After`)
-/// waits at least before it is tried again (`notes_create` counts per minute).
-pub const NOTE_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
-
-/// The state of a commit status (`POST /projects/:id/statuses/:sha`, `state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CommitState {
-    /// Waiting: cdtarget fetched the revision and is applying it.
-    Pending,
-    /// Running.
-    Running,
-    /// The revision is applied.
-    Success,
-    /// The revision was refused, or its apply failed.
-    Failed,
-    /// Canceled.
-    Canceled,
-    /// Skipped.
-    Skipped,
-}
-
-impl CommitState {
-    /// GitLab's word for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CommitState::Pending => "pending",
-            CommitState::Running => "running",
-            CommitState::Success => "success",
-            CommitState::Failed => "failed",
-            CommitState::Canceled => "canceled",
-            CommitState::Skipped => "skipped",
-        }
-    }
-
-    /// The state named `word` (GitLab's words only: `error` or `failure` are GitHub's).
-    pub fn parse(word: &str) -> Option<CommitState> {
-        Some(match word {
-            "pending" => CommitState::Pending,
-            "running" => CommitState::Running,
-            "success" => CommitState::Success,
-            "failed" => CommitState::Failed,
-            "canceled" => CommitState::Canceled,
-            "skipped" => CommitState::Skipped,
-            _ => return None,
-        })
-    }
-
-    /// Whether GitLab never updates a record in this state again (a later POST makes a new one).
-    pub fn is_final(self) -> bool {
-        !matches!(self, CommitState::Pending | CommitState::Running)
-    }
-}
-
-/// What one `POST /projects/:id/statuses/:sha` sends.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatusParams {
-    /// The full commit SHA (40 or 64 hex digits).
-    pub sha: String,
-    /// The branch or tag; `None` lets GitLab choose (only for a registration pinned to a commit).
-    pub git_ref: Option<String>,
-    /// The status name, never blank.
-    pub name: String,
-    /// The state.
-    pub state: CommitState,
-    /// Cut to [`MAX_STATUS_FIELD_CHARS`] characters before it is sent.
-    pub description: String,
-    /// Sent only when it is an http(s) URL of at most [`MAX_STATUS_FIELD_CHARS`] characters.
-    pub target_url: Option<String>,
-    /// The pipeline of the first answer for this SHA, so that later posts land in it.
-    pub pipeline_id: Option<i64>,
-}
-
-impl StatusParams {
-    /// The JSON body: `description` cut, `target_url` only when GitLab would take it, blank
-    /// values left out (GitLab drops them anyway).
-    pub fn body(&self) -> Value {
-        let mut body = Map::new();
-        body.insert("state".into(), json!(self.state.as_str()));
-        body.insert("name".into(), json!(self.name));
-        if let Some(git_ref) = self.git_ref.as_deref().filter(|r| !r.is_empty()) {
-            body.insert("ref".into(), json!(git_ref));
-        }
-        let description = cut_chars(&single_line(&self.description), MAX_STATUS_FIELD_CHARS);
-        if !description.trim().is_empty() {
-            body.insert("description".into(), json!(description));
-        }
-        if let Some(url) = self.target_url.as_deref().and_then(acceptable_target_url) {
-            body.insert("target_url".into(), json!(url));
-        }
-        if let Some(pipeline_id) = self.pipeline_id {
-            body.insert("pipeline_id".into(), json!(pipeline_id));
-        }
-        Value::Object(body)
-    }
-}
-
-/// `text` cut to at most `max` characters (code points, as GitLab counts), on a character
-/// boundary.
-pub fn cut_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => text[..end].to_owned(),
-        None => text.to_owned(),
-    }
-}
-
-/// `text` on one line: line breaks and other control characters become spaces.
-pub fn single_line(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
-}
-
-/// `url` trimmed when GitLab accepts it as a `target_url`: `http`/`https` with a host, no
-/// userinfo, no line break, at most [`MAX_STATUS_FIELD_CHARS`] characters.
-pub fn acceptable_target_url(url: &str) -> Option<String> {
-    let url = url.trim();
-    if url.is_empty() || url.chars().count() > MAX_STATUS_FIELD_CHARS || url.chars().any(char::is_control) {
-        return None;
-    }
-    let parsed = Url::parse(url).ok()?;
-    let ok = matches!(parsed.scheme(), "http" | "https")
-        && parsed.host_str().is_some_and(|h| !h.is_empty())
-        && parsed.username().is_empty()
-        && parsed.password().is_none();
-    ok.then(|| url.to_owned())
-}
-
-/// Whether `sha` is a full commit id (40 hex digits, or 64 for SHA-256 repositories).
-pub fn is_full_sha(sha: &str) -> bool {
-    matches!(sha.len(), 40 | 64) && sha.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// The user of a status or a comment.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-pub struct Author {
-    /// User id.
-    #[serde(default)]
-    pub id: i64,
-    /// User name.
-    #[serde(default)]
-    pub username: String,
-}
-
-/// A commit status as GitLab returns it (`Entities::CommitStatus`), the fields used.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct CommitStatus {
-    /// Record id.
-    pub id: i64,
-    /// The full SHA.
-    #[serde(default)]
-    pub sha: String,
-    /// The ref it was posted for.
-    #[serde(default, rename = "ref")]
-    pub git_ref: Option<String>,
-    /// `created`, `pending`, `running`, `success`, `failed`, `canceled`, `skipped`.
-    #[serde(default)]
-    pub status: String,
-    /// Name.
-    #[serde(default)]
-    pub name: String,
-    /// Description.
-    #[serde(default)]
-    pub description: Option<String>,
-    /// Target URL.
-    #[serde(default)]
-    pub target_url: Option<String>,
-    /// The pipeline the record lives in.
-    #[serde(default)]
-    pub pipeline_id: Option<i64>,
-    /// Who posted it.
-    #[serde(default)]
-    pub author: Option<Author>,
-}
-
-/// What a status POST did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StatusPosted {
-    /// 201: the record as stored.
-    Stored(CommitStatus),
-    /// 400 `Cannot transition status via :enqueue from :pending` (or `:run from :running`, or
-    /// `:enqueue from :running`): the open record is already in that state or beyond it.
-    AlreadyThere,
-}
-
-/// A commit comment as GitLab returns it (`CommitNote`: no id).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct CommitComment {
-    /// The text.
-    #[serde(default)]
-    pub note: String,
-    /// The file, when the comment sits on a line of the commit's diff.
-    #[serde(default)]
-    pub path: Option<String>,
-    /// The line.
-    #[serde(default)]
-    pub line: Option<i64>,
-    /// Who wrote it.
-    #[serde(default)]
-    pub author: Option<Author>,
-}
-
-/// What a comment POST did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CommentPosted {
-    /// 201: the comment as stored.
-    Stored(CommitComment),
-    /// 202: GitLab read the note as quick actions only and stored no comment.
-    CommandsOnly,
-}
+pub use config::{ClientConfig, Clock, RetryPolicy, Secret, SystemClock};
+pub use endpoints::NOTE_RATE_LIMIT_WAIT;
+pub use wire::{
+    Author, CommentPosted, CommitComment, CommitState, CommitStatus, DeployKey, Hook, HookParams, OTHER_EVENT_FLAGS,
+    Project, StatusParams, StatusPosted,
+};
 
 // === the client ===
 
@@ -592,7 +89,7 @@ struct Inner {
 
 /// Receives the method and outcome of every call, after the client's retries (the failure's
 /// class, never its message).
-pub type RequestObserver = Arc<dyn Fn(&str, Result<(), ErrorKind>) + Send + Sync>;
+pub(crate) type RequestObserver = Arc<dyn Fn(&str, Result<(), ErrorKind>) + Send + Sync>;
 
 impl fmt::Debug for GitLabClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -729,189 +226,9 @@ impl GitLabClient {
     pub fn stats(&self) -> ClientStats {
         self.inner.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+}
 
-    /// `GET /projects/<url-encoded path>`: resolves a project path once; use the id afterwards.
-    pub async fn project(&self, path: &str) -> Result<Project, GitLabError> {
-        let url = self.endpoint(&["projects", path.trim_matches('/')]);
-        let answer = self.send(Method::GET, url, None, &format!("project `{path}`")).await?;
-        parse(&answer.body, "the project")
-    }
-
-    /// `GET /projects/:id/deploy_keys`, every page.
-    pub async fn deploy_keys(&self, project_id: i64) -> Result<Vec<DeployKey>, GitLabError> {
-        let values = self.list(&["projects", &project_id.to_string(), "deploy_keys"], project_id).await?;
-        values.into_iter().map(|v| serde_json::from_value(v).map_err(|e| invalid_json("a deploy key", &e))).collect()
-    }
-
-    /// `POST /projects/:id/deploy_keys`. GitLab may answer with an existing link whose
-    /// `can_push` is not the one asked for: check the result.
-    pub async fn create_deploy_key(
-        &self,
-        project_id: i64,
-        title: &str,
-        key: &str,
-        can_push: bool,
-    ) -> Result<DeployKey, GitLabError> {
-        let url = self.endpoint(&["projects", &project_id.to_string(), "deploy_keys"]);
-        let body = json!({"title": title, "key": key.trim(), "can_push": can_push});
-        let answer = self
-            .send(Method::POST, url, Some(&body), &format!("adding the deploy key to project {project_id}"))
-            .await?;
-        parse(&answer.body, "the deploy key")
-    }
-
-    /// `PUT /projects/:id/deploy_keys/:key_id` with `can_push`.
-    pub async fn set_deploy_key_can_push(
-        &self,
-        project_id: i64,
-        key_id: i64,
-        can_push: bool,
-    ) -> Result<DeployKey, GitLabError> {
-        let url = self.endpoint(&["projects", &project_id.to_string(), "deploy_keys", &key_id.to_string()]);
-        let what = format!("changing deploy key {key_id} of project {project_id}");
-        let answer = self.send(Method::PUT, url, Some(&json!({"can_push": can_push})), &what).await?;
-        parse(&answer.body, "the deploy key")
-    }
-
-    /// `DELETE /projects/:id/deploy_keys/:key_id` (unlinks it). 404 is [`ErrorKind::NotFound`].
-    pub async fn delete_deploy_key(&self, project_id: i64, key_id: i64) -> Result<(), GitLabError> {
-        let url = self.endpoint(&["projects", &project_id.to_string(), "deploy_keys", &key_id.to_string()]);
-        let what = format!("removing deploy key {key_id} from project {project_id}");
-        self.send(Method::DELETE, url, None, &what).await.map(drop)
-    }
-
-    /// `GET /projects/:id/hooks`, every page.
-    pub async fn hooks(&self, project_id: i64) -> Result<Vec<Hook>, GitLabError> {
-        let values = self.list(&["projects", &project_id.to_string(), "hooks"], project_id).await?;
-        values.into_iter().map(|v| Hook::from_value(v).map_err(|e| invalid_json("a hook", &e))).collect()
-    }
-
-    /// `POST /projects/:id/hooks`.
-    pub async fn create_hook(&self, project_id: i64, params: &HookParams) -> Result<Hook, GitLabError> {
-        let url = self.endpoint(&["projects", &project_id.to_string(), "hooks"]);
-        let what = format!("adding the webhook to project {project_id}");
-        let answer = self.send(Method::POST, url, Some(&params.body()), &what).await?;
-        parse_hook(&answer.body)
-    }
-
-    /// `PUT /projects/:id/hooks/:hook_id` with every parameter, the token included.
-    pub async fn edit_hook(&self, project_id: i64, hook_id: i64, params: &HookParams) -> Result<Hook, GitLabError> {
-        let url = self.endpoint(&["projects", &project_id.to_string(), "hooks", &hook_id.to_string()]);
-        let what = format!("editing webhook {hook_id} of project {project_id}");
-        let answer = self.send(Method::PUT, url, Some(&params.body()), &what).await?;
-        parse_hook(&answer.body)
-    }
-
-    /// `DELETE /projects/:id/hooks/:hook_id`. 404 is [`ErrorKind::NotFound`].
-    pub async fn delete_hook(&self, project_id: i64, hook_id: i64) -> Result<(), GitLabError> {
-        let url = self.endpoint(&["projects", &project_id.to_string(), "hooks", &hook_id.to_string()]);
-        let what = format!("removing webhook {hook_id} from project {project_id}");
-        self.send(Method::DELETE, url, None, &what).await.map(drop)
-    }
-
-    /// `POST /projects/:id/hooks/:hook_id/test/push_events`: a test delivery, which re-enables a
-    /// hook GitLab disabled after failures when the receiver answers 2xx.
-    pub async fn test_hook(&self, project_id: i64, hook_id: i64) -> Result<(), GitLabError> {
-        let url =
-            self.endpoint(&["projects", &project_id.to_string(), "hooks", &hook_id.to_string(), "test", "push_events"]);
-        let what = format!("testing webhook {hook_id} of project {project_id}");
-        self.send(Method::POST, url, None, &what).await.map(drop)
-    }
-
-    /// `POST /projects/:id/statuses/:sha`: sets a commit status (see [`StatusParams::body`] for
-    /// what is sent). A refused transition to where the record already is comes back as
-    /// [`StatusPosted::AlreadyThere`]; a 409 (another update holds the lock) is retried with
-    /// backoff; a 403 says which role and rights the bot needs.
-    pub async fn set_commit_status(&self, project_id: i64, params: &StatusParams) -> Result<StatusPosted, GitLabError> {
-        let what = format!(
-            "posting commit status `{}` for {} on project {project_id}",
-            params.state.as_str(),
-            short_revision(&params.sha)
-        );
-        if !is_full_sha(&params.sha) {
-            return Err(GitLabError::new(ErrorKind::InvalidConfig, format!("{what}: not a full commit SHA")));
-        }
-        if params.name.trim().is_empty() {
-            return Err(GitLabError::new(ErrorKind::InvalidConfig, format!("{what}: the status name is blank")));
-        }
-        let url = self.endpoint(&["projects", &project_id.to_string(), "statuses", &params.sha]);
-        let options = Options { retry_conflict: true, ..Options::default() };
-        match self.send_with(Method::POST, url, Some(&params.body()), &what, options).await {
-            Ok(answer) => parse(&answer.body, "the commit status").map(StatusPosted::Stored),
-            Err(e) if e.status == Some(400) && already_there(&e.message) => Ok(StatusPosted::AlreadyThere),
-            Err(e) if e.status == Some(403) && e.kind == ErrorKind::NotMaintainer => {
-                Err(status_forbidden(e, params.git_ref.as_deref(), "post commit statuses"))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// `GET /projects/:id/repository/commits/:sha/statuses?name=&ref=`, every page, retried
-    /// records included (`all=true`). `sha` must be the full SHA: GitLab matches the raw string.
-    pub async fn commit_statuses(
-        &self,
-        project_id: i64,
-        sha: &str,
-        name: &str,
-        git_ref: Option<&str>,
-    ) -> Result<Vec<CommitStatus>, GitLabError> {
-        if !is_full_sha(sha) {
-            return Err(GitLabError::new(
-                ErrorKind::InvalidConfig,
-                format!("listing commit statuses of `{}`: not a full commit SHA", short_revision(sha)),
-            ));
-        }
-        let mut filters = vec![("name", name.to_owned()), ("all", "true".to_owned())];
-        if let Some(git_ref) = git_ref.filter(|r| !r.is_empty()) {
-            filters.push(("ref", git_ref.to_owned()));
-        }
-        let segments = ["projects", &project_id.to_string(), "repository", "commits", sha, "statuses"];
-        let what = format!("listing commit statuses of {} on project {project_id}", short_revision(sha));
-        let values = self.list_filtered(&segments, &filters, &what).await?;
-        values.into_iter().map(|v| serde_json::from_value(v).map_err(|e| invalid_json("a commit status", &e))).collect()
-    }
-
-    /// `GET /projects/:id/repository/commits/:sha/comments`, every page (oldest first).
-    pub async fn commit_comments(&self, project_id: i64, sha: &str) -> Result<Vec<CommitComment>, GitLabError> {
-        let segments = ["projects", &project_id.to_string(), "repository", "commits", sha, "comments"];
-        let what = format!("listing the comments of {} on project {project_id}", short_revision(sha));
-        let values = self.list_filtered(&segments, &[], &what).await?;
-        values
-            .into_iter()
-            .map(|v| serde_json::from_value(v).map_err(|e| invalid_json("a commit comment", &e)))
-            .collect()
-    }
-
-    /// `POST /projects/:id/repository/commits/:sha/comments` with `note` (at most
-    /// [`MAX_NOTE_CHARS`] characters, else refused here). The caller neutralises quick actions
-    /// ([`super::feedback::neutralise_quick_actions`]); a 202 (commands only) is reported, not
-    /// an error. The application rate limit (JSON 429 without `Retry-After`) is not waited out
-    /// here: the error asks for [`NOTE_RATE_LIMIT_WAIT`].
-    pub async fn comment_on_commit(
-        &self,
-        project_id: i64,
-        sha: &str,
-        note: &str,
-    ) -> Result<CommentPosted, GitLabError> {
-        let what = format!("commenting on {} of project {project_id}", short_revision(sha));
-        if note.trim().is_empty() || note.chars().count() > MAX_NOTE_CHARS {
-            return Err(GitLabError::new(
-                ErrorKind::InvalidConfig,
-                format!("{what}: a note must hold 1 to {MAX_NOTE_CHARS} characters"),
-            ));
-        }
-        let url = self.endpoint(&["projects", &project_id.to_string(), "repository", "commits", sha, "comments"]);
-        let options = Options { app_limit_wait: Some(NOTE_RATE_LIMIT_WAIT), ..Options::default() };
-        match self.send_with(Method::POST, url, Some(&json!({ "note": note })), &what, options).await {
-            Ok(answer) if answer.status == StatusCode::ACCEPTED => Ok(CommentPosted::CommandsOnly),
-            Ok(answer) => parse(&answer.body, "the commit comment").map(CommentPosted::Stored),
-            Err(e) if e.status == Some(403) && e.kind == ErrorKind::NotMaintainer => {
-                Err(status_forbidden(e, None, "comment on commits"))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
+impl GitLabClient {
     // === internals ===
 
     /// `<api>/<segments...>`, each segment percent-encoded on its own (`/` becomes `%2F`).
@@ -1189,24 +506,6 @@ impl GitLabClient {
     }
 }
 
-/// Whether a 400 is GitLab refusing a transition to where the open record already is (or
-/// beyond): `:enqueue from :pending`, `:run from :running`, `:enqueue from :running`.
-fn already_there(message: &str) -> bool {
-    [":enqueue from :pending", ":run from :running", ":enqueue from :running"]
-        .iter()
-        .any(|transition| message.contains(&format!("Cannot transition status via {transition}")))
-}
-
-/// A 403 on a commit status or comment, explained: the role and rights GitLab wants.
-fn status_forbidden(error: GitLabError, git_ref: Option<&str>, doing: &str) -> GitLabError {
-    let on_ref = git_ref.map(|r| format!(" on `{r}`")).unwrap_or_default();
-    let message = format!(
-        "{}; to {doing}{on_ref} the bot user needs the Developer role or higher on the project and, when the branch is protected, the right to push or merge to it (a default-protected branch allows only Maintainers): make the bot Maintainer or allow it in the branch protection",
-        error.message.split("; the bot user must be").next().unwrap_or(&error.message)
-    );
-    GitLabError { kind: ErrorKind::StatusForbidden, message, ..error }
-}
-
 /// `<base>/api/v4/` from what an operator gives: with or without `/api/v4`, with a trailing `/`
 /// or not, on a relative path (`https://host/gitlab`) or not.
 fn api_url(base: &str) -> Result<Url, GitLabError> {
@@ -1215,7 +514,7 @@ fn api_url(base: &str) -> Result<Url, GitLabError> {
             ErrorKind::InvalidConfig,
             format!(
                 "GitLab URL `{}` {why}; expected e.g. https://gitlab.example.com",
-                crate::source::error::redact_userinfo(base)
+                crate::text::redact_userinfo(base)
             ),
         )
     };
@@ -1286,11 +585,6 @@ fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, GitLabError>
     serde_json::from_slice(body).map_err(|e| invalid_json(what, &e))
 }
 
-fn parse_hook(body: &[u8]) -> Result<Hook, GitLabError> {
-    let value: Value = parse(body, "the hook")?;
-    Hook::from_value(value).map_err(|e| invalid_json("the hook", &e))
-}
-
 fn invalid_json(what: &str, error: &serde_json::Error) -> GitLabError {
     GitLabError::new(ErrorKind::InvalidResponse, format!("GitLab answered {what} with unexpected JSON: {error}"))
 }
@@ -1310,7 +604,7 @@ fn transport_error(what: &str, error: &reqwest::Error) -> GitLabError {
 
 /// The error text of a GitLab body: `message` (a string or an object of field errors) or
 /// `error` (+ `error_description`), else the text itself, shortened.
-pub fn error_text(body: &[u8]) -> String {
+pub(crate) fn error_text(body: &[u8]) -> String {
     let text = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(fields)) => match (fields.get("message"), fields.get("error")) {
             (Some(Value::String(message)), _) => message.clone(),
@@ -1502,15 +796,5 @@ mod tests {
         };
         assert!(!format!("{params:?}").contains("hook-secret"));
         assert_eq!(params.body()["token"], "hook-secret", "but the body carries it");
-    }
-
-    #[test]
-    fn hook_listing_collects_other_events_that_are_on() {
-        let hook = Hook::from_value(json!({
-            "id": 1, "url": "u", "push_events": true, "tag_push_events": false,
-            "merge_requests_events": true, "note_events": false, "enable_ssl_verification": true
-        }))
-        .unwrap();
-        assert_eq!(hook.other_events, ["merge_requests_events"]);
     }
 }
