@@ -9,8 +9,8 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::ApiResource;
 use kube::ResourceExt;
+use kube::api::ApiResource;
 use serde::Serialize;
 use serde_json::Value;
 

@@ -152,7 +152,8 @@ mod tests {
     }
 
     fn written(deployment: Option<Value>, scaled_object: Option<Value>) -> Written {
-        let agents = agents::Observed { deployment_name: "team-a/agents".into(), deployment, scaled_object, written: false };
+        let agents =
+            agents::Observed { deployment_name: "team-a/agents".into(), deployment, scaled_object, written: false };
         Written::Children(Applied { agents, inventory: Vec::new() })
     }
 
@@ -208,8 +209,7 @@ mod tests {
     fn a_rollout_past_its_deadline_stalls() {
         let target = target();
         let mut stuck = deployment(0);
-        stuck["status"]["conditions"] =
-            json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "slow"}]);
+        stuck["status"]["conditions"] = json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "slow"}]);
         let done = written(Some(stuck), Some(ready_scaled_object()));
         let decision = decide(&target, planned(&target, true), Ok(&done), ALL_WATCHED, NOW);
         assert!(matches!(&decision.health, Health::Stalled { reason, .. } if reason == REASON_ROLLOUT_FAILED));

@@ -87,8 +87,12 @@ pub async fn write_children(
         // The agents' status as read no longer describes what the controllers now roll out.
         agents.written |= matches!(kind, ChildKind::Deployment | ChildKind::ScaledObject);
         let name = desired.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let write =
-            Write::Child { resource: kind.resource(), namespace: namespace.to_owned(), body: desired, resource_version };
+        let write = Write::Child {
+            resource: kind.resource(),
+            namespace: namespace.to_owned(),
+            body: desired,
+            resource_version,
+        };
         if let Done::ChildWritten { resource_version: Some(written) } =
             writer.execute(write).await.map_err(Error::Apply)?
         {

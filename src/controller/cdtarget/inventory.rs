@@ -131,8 +131,13 @@ mod tests {
     const UID: &str = "uid-of-this-cdtarget";
 
     fn rendered(scaling: Scaling) -> Children {
-        crate::render::render(&CDTarget::test().with_ips(["10.1.2.3"]), &Policy::default(), &SecretDigests::new(), scaling)
-            .expect("renders")
+        crate::render::render(
+            &CDTarget::test().with_ips(["10.1.2.3"]),
+            &Policy::default(),
+            &SecretDigests::new(),
+            scaling,
+        )
+        .expect("renders")
     }
 
     fn name() -> String {
@@ -147,7 +152,9 @@ mod tests {
         let owners = owner_uid.map(|uid| {
             json!([{"apiVersion": "cdtarget.io/v1alpha1", "kind": "CDTarget", "name": "agents", "uid": uid, "controller": controller}])
         });
-        Some(json!({"metadata": {"name": "agents", "uid": "live-uid", "resourceVersion": "9", "ownerReferences": owners}}))
+        Some(
+            json!({"metadata": {"name": "agents", "uid": "live-uid", "resourceVersion": "9", "ownerReferences": owners}}),
+        )
     }
 
     #[test]
@@ -177,8 +184,16 @@ mod tests {
         let entries = [
             ChildReference { api_version: "v1".into(), kind: "Secret".into(), name: "azp-token".into() },
             ChildReference { api_version: "apps/v1".into(), kind: "ScaledObject".into(), name: "agents".into() },
-            ChildReference { api_version: "keda.sh/v1alpha1".into(), kind: "ScaledObject".into(), name: "team-b/agents".into() },
-            ChildReference { api_version: "keda.sh/v1alpha1".into(), kind: "ScaledObject".into(), name: "../../x".into() },
+            ChildReference {
+                api_version: "keda.sh/v1alpha1".into(),
+                kind: "ScaledObject".into(),
+                name: "team-b/agents".into(),
+            },
+            ChildReference {
+                api_version: "keda.sh/v1alpha1".into(),
+                kind: "ScaledObject".into(),
+                name: "../../x".into(),
+            },
             ChildReference { api_version: "keda.sh/v1alpha1".into(), kind: "ScaledObject".into(), name: String::new() },
         ];
         assert!(dropped(Some(&entries), &name(), &rendered(Scaling::Fixed)).is_empty());

@@ -3,8 +3,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ApiResource;
 
-use crate::api::reconcile_request;
 use super::decide::Decision;
+use crate::api::reconcile_request;
 use crate::api::{CDTarget, CDTargetStatus};
 use crate::apply::{Write, WriteError, Writer};
 use crate::controller::conditions::{self, Health};

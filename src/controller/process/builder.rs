@@ -289,7 +289,8 @@ impl Builder {
         let mut targets =
             Controller::for_stream(targets, target_store).with_config(config).trigger_backoff(EachWatchBacksOff);
         for child in sources.children {
-            targets = targets.owns_stream_with(without_echoes(child.kind, child.objects, echoes), child.kind.resource());
+            targets =
+                targets.owns_stream_with(without_echoes(child.kind, child.objects, echoes), child.kind.resource());
         }
         let targets = targets
             .watches_stream(sources.secrets, move |secret| {
