@@ -84,8 +84,8 @@ pub enum Child {
     TriggerAuthentication(TriggerAuthentication),
     /// See [`ChildKind::NetworkPolicy`].
     NetworkPolicy(NetworkPolicy),
-    /// See [`ChildKind::Deployment`].
-    Deployment(Deployment),
+    /// See [`ChildKind::Deployment`] (boxed: by far the largest).
+    Deployment(Box<Deployment>),
     /// See [`ChildKind::ScaledObject`].
     ScaledObject(ScaledObject),
 }
@@ -174,7 +174,7 @@ impl Children {
     ///
     /// Never for children of the renderer, which always renders one.
     pub fn deployment(&self) -> &Deployment {
-        let found = self.list.iter().find_map(|c| if let Child::Deployment(o) = c { Some(o) } else { None });
+        let found = self.list.iter().find_map(|c| if let Child::Deployment(o) = c { Some(o.as_ref()) } else { None });
         found.expect("the renderer always renders a Deployment")
     }
 

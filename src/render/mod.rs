@@ -51,7 +51,7 @@ pub fn render(
 pub fn children(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDigests, scaling: Scaling) -> Children {
     let mut list = vec![
         Child::NetworkPolicy(network_policy::network_policy(valid, policy)),
-        Child::Deployment(deployment::deployment(valid, policy, digests, scaling)),
+        Child::Deployment(Box::new(deployment::deployment(valid, policy, digests, scaling))),
     ];
     if scaling == Scaling::Keda {
         list.push(Child::TriggerAuthentication(keda::trigger_authentication(valid)));
