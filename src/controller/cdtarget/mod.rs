@@ -1,6 +1,8 @@
 //! The CDTarget reconciler: read the policy and the referenced Secrets, check that the CDTarget
-//! lends its agents nothing its tenant could not read ([`borrowed`]), render the four children,
-//! server-side apply them with controller owner references, and write status once.
+//! lends its agents nothing its tenant could not read ([`borrowed`]), render the children (a
+//! list of kind-tagged objects, [`crate::render::Children`]), server-side apply them with
+//! controller owner references, delete those no longer rendered that it controls
+//! ([`inventory`]), and write status once.
 //!
 //! `Ready` means the agents run ([`agents`]): the children are applied (the `Applied`
 //! condition) and at least `minReplicaCount` agents are available (and the ScaledObject is
@@ -9,7 +11,9 @@
 //! One file per step: [`observe`] reads, [`plan`] decides (a pure function over what was read),
 //! [`execute`] writes the children through the one writer (which children may be written at all
 //! is [`children::plan`], over the live objects: a child never takes over an object it does not
-//! control), and [`status`] computes and writes the status. [`reconcile`] runs them in order.
+//! control; which children no longer rendered are deleted is [`inventory`], only those this
+//! CDTarget controls), [`decide`] sums up what the writes did (a pure function again), and
+//! [`status`] computes and writes the status. [`reconcile`] runs them in order.
 
 pub mod agents;
 pub mod borrowed;
