@@ -337,14 +337,7 @@ fn generate(upstream: &Upstream, tenants: usize, targets: usize) -> Result<(), S
                             let rendered =
                                 cdtarget::render::render(&target, policy, &SecretDigests::new(), Scaling::Keda)
                                     .map_err(|p| format!("rendering {ns}/agents-{t}: {p:?}"))?;
-                            if let Some(auth) = &rendered.trigger_authentication {
-                                children.push(cdtarget::yaml::to_yaml(auth));
-                            }
-                            children.push(cdtarget::yaml::to_yaml(&rendered.network_policy));
-                            children.push(cdtarget::yaml::to_yaml(&rendered.deployment));
-                            if let Some(scaled) = &rendered.scaled_object {
-                                children.push(cdtarget::yaml::to_yaml(scaled));
-                            }
+                            children.extend(rendered.iter().map(cdtarget::yaml::to_yaml));
                             cdtargets.push(yaml);
                         }
                         let plain = plain_manifests("0");

@@ -173,11 +173,30 @@ pub struct CDTargetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendered: Option<RenderedSummary>,
 
+    /// The children the controller applied, in the CDTarget's namespace: a child recorded here
+    /// that the CDTarget no longer renders is deleted, if its controller owner reference is still
+    /// this CDTarget (docs/rendering.md, "Children and their inventory"). Absent on a CDTarget
+    /// whose children were last written before the inventory existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Vec<ChildReference>>,
+
     /// The value of the `cdtarget.io/requestedAt` annotation the last finished reconcile (success
     /// or failure) was started with: `cdtarget reconcile cdtarget NAME --wait` waits for it to
     /// match its request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
+}
+
+/// A child of a CDTarget, as its status records it; always in the CDTarget's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildReference {
+    /// `apiVersion` of the child, e.g. `keda.sh/v1alpha1`.
+    pub api_version: String,
+    /// `kind` of the child, e.g. `ScaledObject`.
+    pub kind: String,
+    /// `metadata.name` of the child.
+    pub name: String,
 }
 
 /// A summary of the children rendered for a CDTarget.

@@ -6,6 +6,8 @@
 //!   ([`super::discovery`], cached and refreshed on a miss): never a guessed plural or scope.
 //! - A CDTarget's children are server-side applied with the controller's field manager, pinned
 //!   to the `resourceVersion` whose owner was checked (a changed object is refused with 409).
+//! - A child a CDTarget no longer renders is deleted, guarded by the `uid` and `resourceVersion`
+//!   of the live object whose controller owner reference was checked.
 //! - Status is server-side applied on the `status` subresource.
 //! - Finalizers are changed with a JSON patch whose `test` op holds the list as read, so a
 //!   finalizer someone else added in between is never dropped (the patch fails and is retried).
@@ -54,6 +56,21 @@ pub enum Write {
         body: Value,
         /// `Some`: the live object's version whose owner was checked; the apply is refused when
         /// the object changed since. `None`: the object did not exist.
+        resource_version: Option<String>,
+    },
+    /// Deletion of a CDTarget's child that it no longer renders, guarded by the live object
+    /// whose controller owner reference was checked: its `uid` and `resourceVersion` (an object
+    /// replaced or changed since is not deleted: 409). One already gone counts as deleted.
+    DeleteChild {
+        /// Its kind (one of the children's).
+        resource: ApiResource,
+        /// Its namespace (the CDTarget's).
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The live object's `metadata.uid`.
+        uid: String,
+        /// The live object's `metadata.resourceVersion`.
         resource_version: Option<String>,
     },
     /// Server-side apply of `status` (the controller's field manager).
@@ -315,6 +332,21 @@ impl Writer {
                 self.record("apply", &resource.kind, &namespace, &name);
                 Ok(Done::ChildWritten { resource_version: written.metadata.resource_version })
             }
+            Write::DeleteChild { resource, namespace, name, uid, resource_version } => {
+                let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &namespace, &resource);
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions { uid: Some(uid), resource_version }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&name, &params).await {
+                    Ok(_) => {}
+                    // Gone already: nothing to do.
+                    Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Done::Objects(0)),
+                    Err(source) => return Err(refused(DELETING, &resource.kind, &namespace, &name, source).into()),
+                }
+                self.record("delete", &resource.kind, &namespace, &name);
+                Ok(Done::Objects(1))
+            }
             Write::Status { resource, namespace, name, status } => {
                 let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &namespace, &resource);
                 let body = json!({ "apiVersion": resource.api_version, "kind": resource.kind, "status": status });
@@ -428,6 +460,8 @@ pub use crate::telemetry::DRY_RUN;
 
 /// [`ApplyError::verb`] of a refused status write.
 pub(crate) const WRITING_STATUS: &str = "writing the status of";
+/// [`ApplyError::verb`] of a refused deletion of a child no longer rendered.
+pub(crate) const DELETING: &str = "deleting";
 /// [`ApplyError::verb`] of a refused deletion of a stale `SyncStatus`.
 pub(crate) const DELETING_SYNC_STATUS: &str = "deleting";
 /// [`ApplyError::verb`] of a refused finalizer change.

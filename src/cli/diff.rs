@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
-use kube::{Client, Config, Resource};
+use kube::{Client, Config};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -37,7 +37,7 @@ use crate::controller::tenant_repository::objects_of;
 use crate::manifests::ApplySet;
 use crate::policy::Policy;
 use crate::problem::Problem;
-use crate::render::{self, Scaling, SecretDigests};
+use crate::render::{self, ChildKind, Scaling, SecretDigests};
 
 /// Exit code: differences found.
 pub const EXIT_DIFFERENT: u8 = 1;
@@ -362,14 +362,11 @@ async fn children(
         }
     }
     let rendered = render::render(&target, policy, &digests, scaling)?;
-    let mut children = Vec::new();
-    if let Some(auth) = &rendered.trigger_authentication {
-        children.push(as_value(auth));
-    }
-    children.push(as_value(&rendered.network_policy));
-    let (resource, mut deployment) = as_value(&rendered.deployment);
+    let mut children: Vec<(ApiResource, Value)> =
+        rendered.iter().map(|child| (child.kind().resource(), child.to_value())).collect();
     let unreadable = render::referenced_secrets(&target).iter().any(|s| !digests.contains_key(*s));
-    if unreadable {
+    let deployment = children.iter_mut().find(|(resource, _)| resource.kind == ChildKind::Deployment.kind());
+    if unreadable && let Some((_, deployment)) = deployment {
         let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(tenant.clone(), namespace);
         if let Ok(Some(live)) = api.get_opt(&name).await {
             let digest = live
@@ -384,23 +381,7 @@ async fn children(
             }
         }
     }
-    children.push((resource, deployment));
-    if let Some(scaled) = &rendered.scaled_object {
-        children.push(as_value(scaled));
-    }
     Ok(children)
-}
-
-fn as_value<K>(object: &K) -> (ApiResource, Value)
-where
-    K: Resource<DynamicType = ()> + Serialize,
-{
-    let mut value = serde_json::to_value(object).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.insert("apiVersion".into(), Value::String(K::api_version(&()).into_owned()));
-        map.insert("kind".into(), Value::String(K::kind(&()).into_owned()));
-    }
-    (ApiResource::erase::<K>(&()), value)
 }
 
 /// The inventory of the registration's SyncStatus in `namespace`; `None` when there is none (or

@@ -303,13 +303,8 @@ pub fn write_apply_set(
     for target in set.cdtargets() {
         let children = render::render(target, policy, digests, Scaling::Keda)
             .map_err(|_| io::Error::other("a CDTarget that passed validation failed to render"))?;
-        if let Some(auth) = &children.trigger_authentication {
-            write_document(out, &to_yaml(auth))?;
-        }
-        write_document(out, &to_yaml(&children.network_policy))?;
-        write_document(out, &to_yaml(&children.deployment))?;
-        if let Some(scaled) = &children.scaled_object {
-            write_document(out, &to_yaml(scaled))?;
+        for child in &children {
+            write_document(out, &to_yaml(child))?;
         }
     }
     Ok(())

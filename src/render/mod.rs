@@ -3,6 +3,7 @@
 //! Pure functions only: no I/O and no client. [`validate()`](fn@validate) checks everything first
 //! and every builder works from the resulting [`ValidTarget`], so rendering itself cannot fail.
 
+pub mod children;
 pub mod deployment;
 pub mod keda;
 pub mod network_policy;
@@ -11,30 +12,15 @@ pub mod validate;
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use sha2::{Digest, Sha256};
 
-use crate::api::keda::{ScaledObject, TriggerAuthentication};
 use crate::api::{CDTarget, labels};
 use crate::policy::Policy;
 use crate::problem::Problem;
+pub use children::{Child, ChildKind, Children};
 pub use validate::{ValidTarget, check_document, validate};
-
-/// The objects rendered for one CDTarget, in the order they are applied.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Children {
-    /// Credentials of the KEDA scaler (absent when KEDA is not used).
-    pub trigger_authentication: Option<TriggerAuthentication>,
-    /// Egress of the agent pods.
-    pub network_policy: NetworkPolicy,
-    /// The agents.
-    pub deployment: Deployment,
-    /// The autoscaler (absent when KEDA is not used).
-    pub scaled_object: Option<ScaledObject>,
-}
 
 /// How the agents are scaled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,15 +46,18 @@ pub fn render(
     Ok(children(&valid, policy, digests, scaling))
 }
 
-/// Renders the children of an already validated CDTarget.
+/// Renders the children of an already validated CDTarget: a NetworkPolicy and a Deployment,
+/// and with KEDA a TriggerAuthentication and a ScaledObject.
 pub fn children(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDigests, scaling: Scaling) -> Children {
-    let keda = scaling == Scaling::Keda;
-    Children {
-        trigger_authentication: keda.then(|| keda::trigger_authentication(valid)),
-        network_policy: network_policy::network_policy(valid, policy),
-        deployment: deployment::deployment(valid, policy, digests, scaling),
-        scaled_object: keda.then(|| keda::scaled_object(valid)),
+    let mut list = vec![
+        Child::NetworkPolicy(network_policy::network_policy(valid, policy)),
+        Child::Deployment(Box::new(deployment::deployment(valid, policy, digests, scaling))),
+    ];
+    if scaling == Scaling::Keda {
+        list.push(Child::TriggerAuthentication(keda::trigger_authentication(valid)));
+        list.push(Child::ScaledObject(keda::scaled_object(valid)));
     }
+    Children::new(list)
 }
 
 /// Digest of a Secret's data: SHA-256 over its keys and values in key order.

@@ -19,6 +19,7 @@ mod external;
 mod feedback;
 mod health;
 mod install;
+mod inventory;
 mod kit;
 mod kustomize;
 mod policy;

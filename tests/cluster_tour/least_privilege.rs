@@ -30,9 +30,23 @@ use crate::support::{
 };
 use crate::webhook::retries;
 
-/// Grants of `deploy/rbac.yaml` that no request shows, each with why it is needed and where
-/// that is demonstrated. Everything else granted must be used by the tour.
-const NOT_VISIBLE_AS_REQUESTS: [(&str, &str, &str, &str); 2] = [
+/// Grants of `deploy/rbac.yaml` that no request of the tour shows, each with why it is needed
+/// and where that is demonstrated. Everything else granted must be used by the tour.
+const NOT_VISIBLE_AS_REQUESTS: [(&str, &str, &str, &str); 4] = [
+    (
+        "keda.sh",
+        "scaledobjects",
+        "delete",
+        "a CDTarget's ScaledObject once KEDA is no longer rendered for (KEDA's CRDs gone, which deletes \
+         every ScaledObject anyway, so the tour cannot show it); demonstrated as the controller's \
+         ServiceAccount by tests/cluster/inventory.rs",
+    ),
+    (
+        "keda.sh",
+        "triggerauthentications",
+        "delete",
+        "a CDTarget's TriggerAuthentication once KEDA is no longer rendered for, as above",
+    ),
     (
         "cdtarget.io",
         "cdtargets/finalizers",

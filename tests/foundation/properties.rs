@@ -374,8 +374,8 @@ fn render_network_policy(input: &PolicyInput, ips: Vec<String>) -> NetworkPolicy
     let policy = input.policy();
     let children = render::render(&CDTarget::test().with_ips(ips), &policy, &SecretDigests::new(), Scaling::Keda)
         .unwrap_or_else(|p| panic!("does not render: {p:#?}"));
-    assert!(children.scaled_object.is_some() && children.trigger_authentication.is_some());
-    children.network_policy
+    assert!(children.scaled_object().is_some() && children.trigger_authentication().is_some());
+    children.network_policy().clone()
 }
 
 type PortKey = (String, i32, Option<i32>);

@@ -156,7 +156,7 @@ fn owner_of(meta: &ObjectMeta) -> Owner {
 }
 
 /// `metadata` of a live object; an unreadable one has no owner (and so is never taken over).
-fn metadata_of(live: &Value) -> ObjectMeta {
+pub(super) fn metadata_of(live: &Value) -> ObjectMeta {
     live.get("metadata").cloned().and_then(|m| serde_json::from_value(m).ok()).unwrap_or_default()
 }
 

@@ -1,35 +1,47 @@
 //! Puts a plan's children in place: reads each child's live object, lets
 //! [`super::children::plan`] decide whether they may be written at all (a child never takes over
-//! an object it does not control), and hands the writes to the one writer.
+//! an object it does not control), and hands the writes to the one writer; then deletes the
+//! children no longer rendered that [`super::inventory`] finds this CDTarget controls.
 
-use kube::Resource;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, DynamicObject};
+use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::Error;
 use super::agents;
 use super::children::{self, Conflict, Write as ChildWrite};
 use super::echoes::Echoes;
-use crate::api::CDTarget;
+use super::inventory;
+use crate::api::{CDTarget, ChildReference};
 use crate::apply::server_side::{APPLYING, ApplyError};
 use crate::apply::{Done, Write, WriteError, Writer};
-use crate::render::Children;
+use crate::render::{ChildKind, Children};
 
 /// What [`write_children`] did.
 #[derive(Debug)]
 pub enum Written {
     /// Nothing was planned.
     Nothing,
-    /// Every child is in place (written where it was missing or had drifted); the agents'
-    /// Deployment and ScaledObject as read before, for [`agents::health`].
-    Children(agents::Observed),
+    /// Every child is in place (written where it was missing or had drifted), and every child
+    /// no longer rendered that this CDTarget controlled is deleted.
+    Children(Applied),
     /// An object with a child's name is not ours: nothing was written.
     Conflicts(Vec<Conflict>),
 }
 
+/// What a write of every child left.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Applied {
+    /// The agents' Deployment and ScaledObject as read before, for [`agents::health`].
+    pub agents: agents::Observed,
+    /// The inventory to record: the children rendered ([`inventory::recorded`]).
+    pub inventory: Vec<ChildReference>,
+}
+
 /// Reads every child's live object, decides with [`children::plan`] whether the children may be
-/// written at all, and writes those missing or drifted, in order (the TriggerAuthentication
-/// before the ScaledObject using it).
+/// written at all, writes those missing or drifted in order (the TriggerAuthentication before
+/// the ScaledObject using it), then deletes the children no longer rendered that this CDTarget
+/// controls ([`inventory`]).
 #[tracing::instrument(name = "execute", skip_all)]
 pub async fn write_children(
     writer: &Writer,
@@ -38,51 +50,34 @@ pub async fn write_children(
     target: &CDTarget,
     children: &Children,
 ) -> Result<Written, Error> {
-    let mut objects: Vec<(ApiResource, Value)> = Vec::new();
-    if let Some(auth) = &children.trigger_authentication {
-        objects.push(as_value(auth));
-    }
-    objects.push(as_value(&children.network_policy));
-    objects.push(as_value(&children.deployment));
-    if let Some(scaled) = &children.scaled_object {
-        objects.push(as_value(scaled));
-    }
+    let objects: Vec<(ChildKind, Value)> = children.iter().map(|child| (child.kind(), child.to_value())).collect();
 
     let mut observed = Vec::with_capacity(objects.len());
-    for (resource, desired) in &objects {
+    for (kind, desired) in &objects {
         let name = desired.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let api: Api<DynamicObject> = Api::namespaced_with(writer.client().clone(), namespace, resource);
-        let live = api.get_opt(&name).await.map_err(|source| {
-            let refused = ApplyError {
-                verb: APPLYING,
-                kind: resource.kind.clone(),
-                namespace: namespace.to_owned(),
-                name: name.clone(),
-                source,
-            };
-            Error::Apply(WriteError::from(refused))
-        })?;
+        let live = read(writer, namespace, *kind, &name).await?;
         observed.push(children::Observed {
-            kind: resource.kind.clone(),
+            kind: kind.kind().to_owned(),
             namespace: namespace.to_owned(),
             name,
             desired: desired.clone(),
-            live: live.and_then(|live| serde_json::to_value(live).ok()),
+            live,
         });
     }
-    let writes = match children::plan(&observed, target.meta().uid.as_deref()) {
+    let uid = target.meta().uid.as_deref();
+    let writes = match children::plan(&observed, uid) {
         Ok(writes) => writes,
         Err(conflicts) => return Ok(Written::Conflicts(conflicts)),
     };
-    let live = |kind: &str| observed.iter().find(|o| o.kind == kind).and_then(|o| o.live.clone());
+    let live = |kind: ChildKind| observed.iter().find(|o| o.kind == kind.kind()).and_then(|o| o.live.clone());
     let mut agents = agents::Observed {
-        deployment_name: format!("{namespace}/{}", children.deployment.metadata.name.as_deref().unwrap_or_default()),
-        deployment: live("Deployment"),
-        scaled_object: live("ScaledObject"),
+        deployment_name: format!("{namespace}/{}", children.deployment().metadata.name.as_deref().unwrap_or_default()),
+        deployment: live(ChildKind::Deployment),
+        scaled_object: live(ChildKind::ScaledObject),
         written: false,
     };
 
-    for ((resource, desired), write) in objects.into_iter().zip(writes) {
+    for ((kind, desired), write) in objects.into_iter().zip(writes) {
         let resource_version = match write {
             ChildWrite::Nothing => continue,
             ChildWrite::Create => None,
@@ -90,24 +85,57 @@ pub async fn write_children(
             ChildWrite::Update { resource_version } => resource_version,
         };
         // The agents' status as read no longer describes what the controllers now roll out.
-        agents.written |= matches!(resource.kind.as_str(), "Deployment" | "ScaledObject");
+        agents.written |= matches!(kind, ChildKind::Deployment | ChildKind::ScaledObject);
         let name = desired.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let kind = resource.kind.clone();
-        let write = Write::Child { resource, namespace: namespace.to_owned(), body: desired, resource_version };
+        let write = Write::Child {
+            resource: kind.resource(),
+            namespace: namespace.to_owned(),
+            body: desired,
+            resource_version,
+        };
         if let Done::ChildWritten { resource_version: Some(written) } =
             writer.execute(write).await.map_err(Error::Apply)?
         {
-            echoes.wrote(&kind, namespace, &name, written);
+            echoes.wrote(kind.kind(), namespace, &name, written);
         }
     }
-    Ok(Written::Children(agents))
+
+    let previous = target.status.as_ref().and_then(|s| s.inventory.as_deref());
+    let mut found = Vec::new();
+    for dropped in inventory::dropped(previous, &target.name_any(), children) {
+        let live = read(writer, namespace, dropped.kind, &dropped.name).await?;
+        found.push((dropped, live));
+    }
+    for deletion in inventory::deletions(&found, uid) {
+        let inventory::Deletion { kind, name, uid, resource_version } = deletion;
+        let write = Write::DeleteChild {
+            resource: kind.resource(),
+            namespace: namespace.to_owned(),
+            name: name.clone(),
+            uid,
+            resource_version,
+        };
+        if writer.execute(write).await.map_err(Error::Apply)? != Done::Objects(0) {
+            tracing::info!(kind = kind.kind(), name, "deleted a child no longer rendered");
+        }
+    }
+    Ok(Written::Children(Applied { agents, inventory: inventory::recorded(children) }))
 }
 
-/// A child as its API resource (compiled-in kinds: their types name the resource exactly) and
-/// the JSON it is applied as.
-fn as_value<K>(object: &K) -> (ApiResource, Value)
-where
-    K: Resource<DynamicType = ()> + serde::Serialize,
-{
-    (ApiResource::erase::<K>(&()), serde_json::to_value(object).unwrap_or_default())
+/// The live object of the child of `kind` named `name`, as JSON (`None`: it does not exist, or
+/// its kind is not served, as KEDA's once uninstalled).
+async fn read(writer: &Writer, namespace: &str, kind: ChildKind, name: &str) -> Result<Option<Value>, Error> {
+    let resource = kind.resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(writer.client().clone(), namespace, &resource);
+    let live = api.get_opt(name).await.map_err(|source| {
+        let refused = ApplyError {
+            verb: APPLYING,
+            kind: resource.kind.clone(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        };
+        Error::Apply(WriteError::from(refused))
+    })?;
+    Ok(live.and_then(|live| serde_json::to_value(live).ok()))
 }

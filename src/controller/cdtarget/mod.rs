@@ -1,6 +1,8 @@
 //! The CDTarget reconciler: read the policy and the referenced Secrets, check that the CDTarget
-//! lends its agents nothing its tenant could not read ([`borrowed`]), render the four children,
-//! server-side apply them with controller owner references, and write status once.
+//! lends its agents nothing its tenant could not read ([`borrowed`]), render the children (a
+//! list of kind-tagged objects, [`crate::render::Children`]), server-side apply them with
+//! controller owner references, delete those no longer rendered that it controls
+//! ([`inventory`]), and write status once.
 //!
 //! `Ready` means the agents run ([`agents`]): the children are applied (the `Applied`
 //! condition) and at least `minReplicaCount` agents are available (and the ScaledObject is
@@ -9,13 +11,17 @@
 //! One file per step: [`observe`] reads, [`plan`] decides (a pure function over what was read),
 //! [`execute`] writes the children through the one writer (which children may be written at all
 //! is [`children::plan`], over the live objects: a child never takes over an object it does not
-//! control), and [`status`] computes and writes the status. [`reconcile`] runs them in order.
+//! control; which children no longer rendered are deleted is [`inventory`], only those this
+//! CDTarget controls), [`decide`] sums up what the writes did (a pure function again), and
+//! [`status`] computes and writes the status. [`reconcile`] runs them in order.
 
 pub mod agents;
 pub mod borrowed;
 pub mod children;
+pub mod decide;
 pub mod echoes;
 pub mod execute;
+pub mod inventory;
 pub mod observe;
 pub mod plan;
 pub mod status;
@@ -29,7 +35,7 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
-use crate::api::CDTarget;
+use crate::api::{CDTarget, CDTargetStatus};
 // The condition vocabulary is the API's; the steps below name it as `super::REASON_…`.
 use crate::api::conditions::{
     APPLIED, REASON_API_ERROR, REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY,
@@ -37,12 +43,12 @@ use crate::api::conditions::{
     REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
 };
 use crate::apply::{WriteError, Writer};
-use crate::controller::conditions::Health;
 use crate::controller::inputs::PolicySource;
 use crate::error::{Class, Classify, Schedule};
 
 pub use crate::controller::inputs::Keda;
-pub use execute::Written;
+pub use decide::{Decision, decide};
+pub use execute::{Applied, Written};
 pub use observe::{REGISTRATIONS_TTL, REVIEW_TTL, Tenants};
 pub use plan::{Plan, SecretsRead, plan};
 pub use status::next_status;
@@ -94,8 +100,8 @@ pub struct AgentWatches {
 
 impl AgentWatches {
     /// Whether a change of every object the agents of `children` are judged by is watched.
-    fn cover(&self, children: &crate::render::Children) -> bool {
-        self.deployments && (children.scaled_object.is_none() || self.scaled_objects)
+    pub fn cover(&self, children: &crate::render::Children) -> bool {
+        self.deployments && (children.scaled_object().is_none() || self.scaled_objects)
     }
 }
 
@@ -251,74 +257,32 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
     let observed = observe::observe(&target, &namespace, &ctx).await?;
     let plan =
         plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.installed(), &observed.refused, ctx.resync);
-
-    let result = match &plan.children {
+    let written = match &plan.children {
         Some(children) => execute::write_children(&ctx.writer, &ctx.echoes, &namespace, &target, children).await,
         None => Ok(Written::Nothing),
     };
-    let (applied, requeue) = match &result {
-        Ok(Written::Conflicts(conflicts)) => (
-            Health::Stalled { reason: REASON_NAME_CONFLICT.into(), message: children::conflict_message(conflicts) },
-            STALLED_RESYNC,
-        ),
-        Ok(_) => (plan.health.clone(), plan.requeue),
-        // The condition tells the same story as the requeue `error_policy` will pick.
-        Err(e) => {
-            let settled = SCHEDULE.settle(e.class());
-            (Health::failed(settled, REASON_API_ERROR, e.to_string()), settled.requeue)
-        }
-    };
+    let decision = decide::decide(&target, plan, written.as_ref(), ctx.agent_watches, Timestamp::now());
+    let status = next_status(&target, &decision, &Time(Timestamp::now()));
+    write_status(&target, &ctx, &namespace, status).await?;
+    written?;
+    tracing::debug!(reason = decision.health.reason(), requeue_seconds = decision.requeue.as_secs(), "reconciled");
+    Ok(Action::requeue(decision.requeue))
+}
+
+/// Writes `status` (when it changed), then tells the readiness observer and publishes the
+/// Events of the conditions' transitions.
+async fn write_status(target: &CDTarget, ctx: &Context, namespace: &str, status: CDTargetStatus) -> Result<(), Error> {
     let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    // Ready when the children are applied and the agents run.
-    let (health, requeue) = match (&applied, &result, &plan.children) {
-        (Health::Ready { reason, message }, Ok(Written::Children(observed)), Some(children)) => {
-            match agents::health(observed, min_replicas(children), children.scaled_object.is_some()) {
-                agents::Agents::Available(agents) => {
-                    (Health::Ready { reason: reason.clone(), message: format!("{agents}; {message}") }, requeue)
-                }
-                // A change of the Deployment or ScaledObject (their status too) is watched and
-                // reconciles at once: then only the resync comes back. Where one is not (KEDA
-                // installed after start-up has no ScaledObject watch) a poll backs off while the
-                // wait lasts.
-                agents::Agents::Waiting { reason, message } => {
-                    let poll = if ctx.agent_watches.cover(children) {
-                        requeue
-                    } else {
-                        agents::waiting_requeue(previous, Timestamp::now(), requeue)
-                    };
-                    (Health::Progressing { reason: reason.to_owned(), message }, poll)
-                }
-                agents::Agents::Failed(message) => {
-                    (Health::Stalled { reason: REASON_ROLLOUT_FAILED.into(), message }, requeue)
-                }
-            }
-        }
-        _ => (applied.clone(), requeue),
-    };
-    // A plan without children already carries the previous summary; a failed write keeps it too.
-    let rendered = match (&plan.children, &result) {
-        (None, _) | (Some(_), Ok(Written::Children(_))) => plan.rendered,
-        _ => target.status.as_ref().and_then(|s| s.rendered.clone()),
-    };
-    let status = next_status(&target, &health, &applied, rendered, &Time(Timestamp::now()));
     let transition = super::events::transition(previous, &status.conditions);
     let readiness =
-        crate::telemetry::Readiness::of("CDTarget", &namespace, &target.name_any(), &status.conditions, false);
-    status::write(&ctx.writer, &namespace, &target, status)
+        crate::telemetry::Readiness::of("CDTarget", namespace, &target.name_any(), &status.conditions, false);
+    status::write(&ctx.writer, namespace, target, status)
         .instrument(tracing::info_span!("status"))
         .await
         .map_err(Error::Status)?;
     if let Some(observer) = &ctx.readiness {
         observer(readiness);
     }
-    super::events::publish(ctx.recorder.as_ref(), target.as_ref(), transition).await;
-    result?;
-    tracing::debug!(reason = health.reason(), requeue_seconds = requeue.as_secs(), "reconciled");
-    Ok(Action::requeue(requeue))
-}
-
-/// `minReplicaCount` as rendered: the ScaledObject's with KEDA, else the Deployment's replicas.
-fn min_replicas(children: &crate::render::Children) -> i32 {
-    let scaled = children.scaled_object.as_ref().and_then(|s| s.spec.min_replica_count);
-    scaled.or_else(|| children.deployment.spec.as_ref().and_then(|s| s.replicas)).unwrap_or(1)
+    super::events::publish(ctx.recorder.as_ref(), target, transition).await;
+    Ok(())
 }

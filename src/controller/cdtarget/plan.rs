@@ -83,10 +83,10 @@ pub fn plan(
     let scaling = if keda { Scaling::Keda } else { Scaling::Fixed };
     let children = render::children(&valid, policy, &digests, scaling);
     let rendered = RenderedSummary {
-        network_policy: children.network_policy.name_any(),
-        deployment: children.deployment.name_any(),
-        scaled_object: children.scaled_object.as_ref().map(ResourceExt::name_any),
-        trigger_authentication: children.trigger_authentication.as_ref().map(ResourceExt::name_any),
+        network_policy: children.network_policy().name_any(),
+        deployment: children.deployment().name_any(),
+        scaled_object: children.scaled_object().map(ResourceExt::name_any),
+        trigger_authentication: children.trigger_authentication().map(ResourceExt::name_any),
         destinations: valid.destinations.iter().map(ToString::to_string).collect(),
         secrets_digest: Some(render::secrets_digest(target, &digests)),
     };
@@ -228,7 +228,7 @@ mod tests {
         let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false, &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_KEDA_NOT_INSTALLED);
         let children = plan.children.expect("children");
-        assert!(children.scaled_object.is_none() && children.trigger_authentication.is_none());
+        assert!(children.scaled_object().is_none() && children.trigger_authentication().is_none());
     }
 
     #[test]

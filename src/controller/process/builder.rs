@@ -10,6 +10,7 @@ use futures::StreamExt;
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use kube::Client;
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -32,6 +33,7 @@ use crate::controller::events::EventSink;
 use crate::controller::inputs::{Keda, PolicySource};
 use crate::controller::{cdtarget, tenant_repository};
 use crate::gitlab;
+use crate::render::ChildKind;
 use crate::source::Fetcher;
 use crate::telemetry::State;
 use crate::webhook;
@@ -180,13 +182,14 @@ impl Builder {
                 .with_writer(writer.clone())
                 .with_manifest_limits(settings.manifest_limits);
         repo_ctx.loader = tenant_repository::load::Loader::new(settings.load_concurrency);
+        let child_watched = |kind: ChildKind| sources.children.iter().any(|child| child.kind == kind);
         let mut target_ctx = cdtarget::Context::new(client.clone(), &settings.namespace, &settings.policy_name)
             .with_policy(policy)
             .with_writer(writer)
             .with_keda(keda)
             .with_agent_watches(cdtarget::AgentWatches {
-                deployments: sources.children_watched,
-                scaled_objects: sources.children_watched && sources.scaled_objects.is_some(),
+                deployments: sources.children_watched && child_watched(ChildKind::Deployment),
+                scaled_objects: sources.children_watched && child_watched(ChildKind::ScaledObject),
             })
             .with_tenants(cdtarget::Tenants::new(settings.default_tenant_service_account.clone()))
             .with_resync(settings.cdtarget_resync);
@@ -283,16 +286,11 @@ impl Builder {
             .predicate_filter(reconcile_worthy, PredicateConfig::default());
         let secrets_store = target_store.clone();
         let echoes = &target_ctx.echoes;
-        let mut targets = Controller::for_stream(targets, target_store)
-            .with_config(config)
-            .trigger_backoff(EachWatchBacksOff)
-            .owns_stream(without_echoes(sources.deployments, echoes))
-            .owns_stream(without_echoes(sources.network_policies, echoes));
-        if let Some(scaled_objects) = sources.scaled_objects {
-            targets = targets.owns_stream(without_echoes(scaled_objects, echoes));
-        }
-        if let Some(trigger_authentications) = sources.trigger_authentications {
-            targets = targets.owns_stream(without_echoes(trigger_authentications, echoes));
+        let mut targets =
+            Controller::for_stream(targets, target_store).with_config(config).trigger_backoff(EachWatchBacksOff);
+        for child in sources.children {
+            targets =
+                targets.owns_stream_with(without_echoes(child.kind, child.objects, echoes), child.kind.resource());
         }
         let targets = targets
             .watches_stream(sources.secrets, move |secret| {
@@ -343,18 +341,20 @@ impl Builder {
     }
 }
 
-/// The events of `children` but the echoes of the controller's own writes ([`Echoes`]).
-fn without_echoes<K>(children: Touched<PartialObjectMeta<K>>, echoes: &Echoes) -> Touched<PartialObjectMeta<K>>
-where
-    K: Resource<DynamicType = ()> + Send + 'static,
-{
-    let (kind, echoes) = (K::kind(&()).into_owned(), echoes.clone());
+/// The events of the children of `kind` but the echoes of the controller's own writes
+/// ([`Echoes`]).
+fn without_echoes(
+    kind: ChildKind,
+    children: Touched<PartialObjectMeta<DynamicObject>>,
+    echoes: &Echoes,
+) -> Touched<PartialObjectMeta<DynamicObject>> {
+    let echoes = echoes.clone();
     children
         .filter(move |child| {
             let echo = child.as_ref().is_ok_and(|child| {
                 let namespace = child.metadata.namespace.as_deref().unwrap_or_default();
                 let name = child.metadata.name.as_deref().unwrap_or_default();
-                echoes.is_echo(&kind, namespace, name, child.metadata.resource_version.as_deref())
+                echoes.is_echo(kind.kind(), namespace, name, child.metadata.resource_version.as_deref())
             });
             futures::future::ready(!echo)
         })
@@ -442,7 +442,6 @@ mod tests {
 
     #[tokio::test]
     async fn the_echo_of_a_child_the_controller_wrote_triggers_nothing_and_later_changes_do() {
-        use k8s_openapi::api::apps::v1::Deployment;
         let child = |version: &str| {
             let metadata = ObjectMeta {
                 name: Some("agents".into()),
@@ -450,13 +449,13 @@ mod tests {
                 resource_version: Some(version.into()),
                 ..ObjectMeta::default()
             };
-            Ok(PartialObjectMeta::<Deployment> { metadata, ..Default::default() })
+            Ok(PartialObjectMeta::<DynamicObject> { types: None, metadata, _phantom: std::marker::PhantomData })
         };
         let echoes = Echoes::default();
         echoes.wrote("Deployment", "team-a", "agents", "41".into());
         // The echo of the write, the Deployment controller's status write, someone's edit.
         let events = futures::stream::iter([child("41"), child("42"), child("43")]).boxed();
-        let versions: Vec<String> = without_echoes(events, &echoes)
+        let versions: Vec<String> = without_echoes(ChildKind::Deployment, events, &echoes)
             .map(|child| child.unwrap().metadata.resource_version.unwrap())
             .collect()
             .await;

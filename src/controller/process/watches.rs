@@ -12,9 +12,8 @@ use std::sync::Arc;
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -22,15 +21,35 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::api::keda::{ScaledObject, TriggerAuthentication};
 use crate::api::{CDTarget, SyncStatus, TenantRepository, labels};
 use crate::controller::cdtarget::borrowed;
 use crate::controller::inputs::{PolicyRead, policy_of};
+use crate::render::ChildKind;
 
 /// A watch's events.
 pub type Events<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
 /// Objects a watch saw added, changed or deleted.
 pub type Touched<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The watch of one kind of child: its objects' metadata, as their API resource's.
+pub struct ChildWatch {
+    /// The kind watched.
+    pub kind: ChildKind,
+    /// The children of that kind added, changed or deleted (metadata only).
+    pub objects: Touched<PartialObjectMeta<DynamicObject>>,
+}
+
+impl ChildWatch {
+    /// The production watch of the children of `kind` selected by `config`, in every namespace.
+    pub fn of(client: &Client, kind: ChildKind, config: watcher::Config) -> ChildWatch {
+        let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &kind.resource());
+        let objects = restarting(move || watcher(api.clone(), config.clone()).boxed())
+            .default_backoff()
+            .touched_objects()
+            .boxed();
+        ChildWatch { kind, objects }
+    }
+}
 
 /// Every stream the controllers are driven by, but the registrations' (they live as long as the
 /// process, [`super::registrations::Registrations`]).
@@ -43,14 +62,9 @@ pub struct Sources {
     pub platform_secrets: Touched<PartialObjectMeta<Secret>>,
     /// Secrets of every namespace (what CDTargets reference).
     pub secrets: Touched<PartialObjectMeta<Secret>>,
-    /// The children the controller manages, by kind (KEDA's only when installed at start-up).
-    pub deployments: Touched<PartialObjectMeta<Deployment>>,
-    /// See [`Sources::deployments`].
-    pub network_policies: Touched<PartialObjectMeta<NetworkPolicy>>,
-    /// See [`Sources::deployments`].
-    pub scaled_objects: Option<Touched<PartialObjectMeta<ScaledObject>>>,
-    /// See [`Sources::deployments`].
-    pub trigger_authentications: Option<Touched<PartialObjectMeta<TriggerAuthentication>>>,
+    /// The children the controller manages, one watch per kind of the table
+    /// ([`ChildKind::ALL`]; KEDA's only when installed at start-up).
+    pub children: Vec<ChildWatch>,
     /// The SyncStatuses the controller manages (of its shard); `None`: no SyncStatus is kept and
     /// no tenant Event recorded (end-to-end tests against an API server without watches).
     pub sync_statuses: Option<Events<SyncStatus>>,
@@ -87,10 +101,11 @@ impl Sources {
             policy: watched(Api::namespaced(client.clone(), namespace), policy),
             platform_secrets: touched(Api::namespaced(client.clone(), namespace), watcher::Config::default()),
             secrets: touched(Api::all(client.clone()), watcher::Config::default()),
-            deployments: touched(Api::all(client.clone()), children.clone()),
-            network_policies: touched(Api::all(client.clone()), children.clone()),
-            scaled_objects: keda.then(|| touched(Api::all(client.clone()), children.clone())),
-            trigger_authentications: keda.then(|| touched(Api::all(client.clone()), children)),
+            children: ChildKind::ALL
+                .into_iter()
+                .filter(|kind| keda || !kind.needs_keda())
+                .map(|kind| ChildWatch::of(client, kind, children.clone()))
+                .collect(),
             children_watched: true,
         }
     }
@@ -106,10 +121,7 @@ impl Sources {
             policy: no_policy.chain(futures::stream::pending()).boxed(),
             platform_secrets: futures::stream::pending().boxed(),
             secrets: futures::stream::pending().boxed(),
-            deployments: futures::stream::pending().boxed(),
-            network_policies: futures::stream::pending().boxed(),
-            scaled_objects: None,
-            trigger_authentications: None,
+            children: Vec::new(),
             sync_statuses: None,
             children_watched: false,
         }
