@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use cdtarget::api::CDTarget;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
+use cdtarget::controller::frame::Framed;
 use cdtarget::controller::inputs::PolicySource;
 use cdtarget::controller::{cdtarget as cdtarget_controller, tenant_repository};
 use cdtarget::source::{Fetcher, Limits};

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
 // === condition types ===
 
 /// `Ready` (kstatus): the object is reconciled and what it describes is in place.
@@ -215,6 +217,11 @@ pub fn reasons(kind: Kind) -> Vec<(&'static str, Vec<&'static str>)> {
             vec![(READY, ready.clone()), (RECONCILING, ready.clone()), (STALLED, ready), (APPLIED, applied)]
         }
     }
+}
+
+/// Whether condition `kind` of `conditions` is `True`.
+pub fn is_true(conditions: &[Condition], kind: &str) -> bool {
+    conditions.iter().any(|c| c.type_ == kind && c.status == "True")
 }
 
 /// Every condition reason the controller sets, on either kind.

@@ -33,7 +33,6 @@ use crate::apply::drift::live_matches;
 use crate::apply::refusal::{Origin, Origins, Refusal};
 use crate::apply::server_side::{self, impersonating_client, service_account_user};
 use crate::apply::{entry_of, prune_plan};
-use crate::controller::tenant_repository::objects_of;
 use crate::manifests::ApplySet;
 use crate::policy::Policy;
 use crate::problem::Problem;
@@ -188,7 +187,7 @@ async fn preview(args: &DiffArgs, policy: &Policy, set: &ApplySet) -> Result<(Ve
     let discovery = Discovery::new(caller.clone());
 
     // The tenant's objects, as the controller sends them.
-    let objects = objects_of(set, namespace);
+    let objects = set.objects(namespace);
     let origins: Origins = objects
         .iter()
         .zip(&set.documents)

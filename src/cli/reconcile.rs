@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use crate::api::conditions::{READY, RECONCILING};
 use crate::api::reconcile_request::{REQUESTED_AT, is_handled};
 use crate::api::{CDTarget, TenantRepository};
-use crate::controller::conditions::is_true;
+use crate::api::conditions::is_true;
 
 /// The namespace TenantRepositories live in unless `--namespace` says otherwise: where
 /// `deploy/` runs the controller.

@@ -140,10 +140,6 @@ pub fn summarize(conditions: &mut Vec<Condition>, health: &Health, generation: O
     }
 }
 
-/// Whether condition `kind` is `True`.
-pub fn is_true(conditions: &[Condition], kind: &str) -> bool {
-    conditions.iter().any(|c| c.type_ == kind && c.status == "True")
-}
 
 // === the reasons of the errors that end in a condition ===
 // (beside the controller until the fetch and GitLab error modules carry them themselves)
@@ -176,6 +172,7 @@ mod tests {
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+    use crate::api::conditions::is_true;
 
     fn at(seconds: i64) -> Time {
         Time(Timestamp::from_second(seconds).unwrap())

@@ -17,6 +17,7 @@
 pub mod cdtarget;
 pub mod conditions;
 pub mod events;
+pub mod frame;
 pub mod inputs;
 pub mod process;
 pub mod tenant_repository;

@@ -146,6 +146,30 @@ pub struct ApplySet {
 }
 
 impl ApplySet {
+    /// The objects of the set as they are sent: every document with its namespace set to
+    /// `namespace` (a CDTarget without its status), in apply order.
+    pub fn objects(&self, namespace: &str) -> Vec<Value> {
+        self.documents
+            .iter()
+            .map(|document| {
+                let mut value = match &document.content {
+                    Content::CDTarget(target) => {
+                        let mut value = serde_json::to_value(target.as_ref()).unwrap_or_default();
+                        if let Some(object) = value.as_object_mut() {
+                            object.remove("status");
+                        }
+                        value
+                    }
+                    Content::Object(value) => value.clone(),
+                };
+                if let Some(metadata) = value.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+                    metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
+                }
+                value
+            })
+            .collect()
+    }
+
     /// The CDTargets of the set.
     pub fn cdtargets(&self) -> impl Iterator<Item = &CDTarget> {
         self.documents.iter().filter_map(|d| match &d.content {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::{CDTarget, CDTargetStatus, ChildReference};
 use cdtarget::controller::cdtarget::{Context, Keda, reconcile};
+use cdtarget::controller::frame::Framed;
 use cdtarget::controller::inputs::PolicySource;
 use cdtarget::policy::Policy;
 use cdtarget::render::{self, Scaling, SecretDigests};

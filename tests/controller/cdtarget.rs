@@ -11,7 +11,7 @@ use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::{CDTarget, CDTargetStatus};
 use cdtarget::controller::cdtarget::AgentWatches;
 use cdtarget::controller::cdtarget::reconcile;
-use cdtarget::controller::conditions::is_true;
+use cdtarget::api::conditions::is_true;
 use cdtarget::error::Classify;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -339,7 +339,7 @@ async fn invalid_policy_stalls_keeps_the_children_and_tells_the_tenant_no_policy
     let cluster = cluster_with_target(true).await;
     let reporter = Reporter { controller: "cdtarget".into(), instance: Some("test".into()) };
     let mut context = (*cluster.context()).clone();
-    context.recorder = Some(EventSink::new(cluster.client.clone(), reporter));
+    context.frame.recorder = Some(EventSink::new(cluster.client.clone(), reporter));
     let context = std::sync::Arc::new(context);
     cluster.reconcile_named(NAME, context.clone()).await;
     let before = network_policy(&cluster).await;
@@ -477,7 +477,7 @@ async fn an_event_is_recorded_when_ready_changes_and_not_on_a_resync() {
     let cluster = cluster_with_target(true).await;
     let reporter = Reporter { controller: "cdtarget".into(), instance: Some("test".into()) };
     let mut context = (*cluster.context()).clone();
-    context.recorder = Some(EventSink::new(cluster.client.clone(), reporter));
+    context.frame.recorder = Some(EventSink::new(cluster.client.clone(), reporter));
     let context = std::sync::Arc::new(context);
     let reconcile = || async {
         let target = cluster.target().await;

@@ -21,7 +21,7 @@ use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{TenantRepository, webhook_path};
 use cdtarget::controller::cdtarget::REGISTRATIONS_TTL;
-use cdtarget::controller::conditions::is_true;
+use cdtarget::api::conditions::is_true;
 use cdtarget::controller::process::{self, Builder, Reconciled, Registrations, Settings, Sources};
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, tenant_repository};
 use cdtarget::fixtures;

@@ -12,6 +12,7 @@ use cdtarget::api::tenant_repository::{GitLabSpec, TenantRepository, webhook_pat
 use cdtarget::controller::cdtarget as cdtarget_reconciler;
 use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
 use cdtarget::controller::events::EventSink;
+use cdtarget::controller::frame::Framed;
 use cdtarget::controller::tenant_repository;
 use cdtarget::fixtures::{self, SecretFixture, env_from_secret};
 use cdtarget::gitlab::Settings as GitLabSettings;
@@ -84,7 +85,7 @@ async fn nothing_the_controllers_write_holds_a_secret_of_their_fixtures() {
     let recorder =
         EventSink::new(client.clone(), Reporter { controller: "cdtarget".into(), instance: Some("test".into()) });
     let mut repo_ctx = (*fixture.context()).clone();
-    repo_ctx.recorder = Some(recorder.clone());
+    repo_ctx.frame.recorder = Some(recorder.clone());
     repo_ctx.gitlab = Some(settings(&gitlab, BOT_TOKEN));
     let repo_ctx = Arc::new(repo_ctx);
     let target_ctx = Arc::new(

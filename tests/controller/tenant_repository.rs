@@ -11,7 +11,7 @@ use cdtarget::api::conditions::{APPLIED, REASON_SUCCEEDED, REASON_SUSPENDED, REA
 use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
-use cdtarget::controller::conditions::is_true;
+use cdtarget::api::conditions::is_true;
 use cdtarget::controller::tenant_repository::{Context, reconcile};
 use cdtarget::fixtures;
 use cdtarget::source::{self, Fetcher, Limits};
@@ -25,6 +25,7 @@ use kube_fake_client::ClientBuilder;
 use cdtarget::apply::applied::AppliedObjects;
 use cdtarget::apply::discovery::Discovery;
 use cdtarget::apply::{Writer, server_side};
+use cdtarget::controller::frame::Framed;
 
 use crate::common::api_bridge::{ApiBridge, Record, WireRequest};
 use crate::common::{Stalling, TestDir, Upstream, UpstreamRepo, test_dir};

@@ -100,7 +100,7 @@ async fn nothing_a_tenant_can_read_holds_the_platforms_policy_values_paths_hosts
     let mut context = (*fixture.context()).clone().with_sync_statuses(feedback);
     context.gitlab = Some(gitlab_settings(&gitlab, &known_hosts));
     let reporter = Reporter { controller: "cdtarget".into(), instance: Some("test".into()) };
-    context.recorder = Some(EventSink::new(client.clone(), reporter));
+    context.frame.recorder = Some(EventSink::new(client.clone(), reporter));
     let context = Arc::new(context);
 
     // The registration: managed on GitLab (deploy key, webhook, commit statuses), its key pair

@@ -116,12 +116,12 @@ mod tests {
 
     use super::*;
     use crate::api::CDTargetStatus;
+    use crate::api::conditions::{REASON_AGENTS_NOT_AVAILABLE, REASON_APPLIED};
     use crate::apply::WriteError;
     use crate::apply::server_side::{APPLYING, ApplyError};
+    use crate::controller::cdtarget::RESYNC;
     use crate::controller::cdtarget::execute::Applied;
     use crate::controller::cdtarget::plan::{SecretsRead, plan};
-    use crate::api::conditions::{REASON_AGENTS_NOT_AVAILABLE, REASON_APPLIED};
-    use crate::controller::cdtarget::RESYNC;
     use crate::controller::{TRANSIENT_RETRY, WAIT_RETRY};
     use crate::policy::Policy;
 

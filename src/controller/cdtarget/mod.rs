@@ -35,15 +35,15 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
-use crate::api::{CDTarget, CDTargetStatus};
+use crate::api::CDTarget;
 // The condition vocabulary is the API's; the steps below name it as `super::REASON_…`.
 use crate::api::conditions::{
     APPLIED, REASON_API_ERROR, REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY,
     REASON_INVALID_SPEC, REASON_KEDA_NOT_INSTALLED, REASON_NAME_CONFLICT, REASON_ROLLOUT_FAILED,
     REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
 };
-use crate::apply::{WriteError, Writer};
-use crate::controller::inputs::PolicySource;
+use crate::apply::WriteError;
+use crate::controller::frame::{Frame, Framed};
 use crate::error::{Class, Classify, Schedule};
 
 pub use crate::controller::inputs::Keda;
@@ -64,23 +64,18 @@ pub const SCHEDULE: Schedule = Schedule { stalled: STALLED_RESYNC, waiting: WAIT
 /// What the CDTarget reconciler needs.
 #[derive(Clone)]
 pub struct Context {
-    /// Sends every write (children, status) and holds the controller's own client for reads.
-    pub writer: Writer,
+    /// The writer (children, status; its client, the controller's own, reads), the policy,
+    /// Events and readiness.
+    pub frame: Frame,
     /// The controller's namespace: the registrations (tenant identities) live there.
     pub platform_namespace: String,
-    /// The platform policy.
-    pub policy: PolicySource,
     /// Whether the KEDA CRDs (`ScaledObject`, `TriggerAuthentication`) exist in the cluster;
     /// re-checked while running.
     pub keda: Keda,
-    /// Records Events on state changes (none in tests that do not look at them).
-    pub recorder: Option<super::events::EventSink>,
     /// Who the tenant of a namespace is, for what a CDTarget may hand its agents ([`borrowed`]).
     pub tenants: Tenants,
     /// When a CDTarget whose children are in place is checked again ([`RESYNC`] by default).
     pub resync: Duration,
-    /// Told the readiness of every status written, for `cdtarget_object_ready`.
-    pub readiness: Option<crate::telemetry::ReadinessObserver>,
     /// The children's versions this process wrote, so that their echo on the watches does not
     /// reconcile their CDTarget again ([`echoes`]).
     pub echoes: echoes::Echoes,
@@ -109,17 +104,14 @@ impl Context {
     /// A context over the controller's own `client`, reading policy ConfigMap
     /// `policy_namespace/policy_name` on every reconcile, KEDA not installed, no Events, no
     /// default tenant ServiceAccount. The controller process replaces the policy source with
-    /// its shared watch ([`Context::with_policy`]).
+    /// its shared watch ([`Framed::with_policy`]).
     pub fn new(client: Client, policy_namespace: &str, policy_name: &str) -> Self {
         Context {
-            writer: Writer::new(client.clone()),
+            frame: Frame::new(client, policy_namespace, policy_name),
             platform_namespace: policy_namespace.to_owned(),
-            policy: PolicySource::Read { client, namespace: policy_namespace.to_owned(), name: policy_name.to_owned() },
             keda: Keda::new(false),
-            recorder: None,
             tenants: Tenants::default(),
             resync: RESYNC,
-            readiness: None,
             echoes: echoes::Echoes::default(),
             agent_watches: AgentWatches::default(),
         }
@@ -131,21 +123,9 @@ impl Context {
         self
     }
 
-    /// Tells `observer` the readiness of every status written.
-    pub fn with_readiness(mut self, observer: crate::telemetry::ReadinessObserver) -> Self {
-        self.readiness = Some(observer);
-        self
-    }
-
     /// Checks a CDTarget whose children are in place again every `resync`.
     pub fn with_resync(mut self, resync: Duration) -> Self {
         self.resync = resync;
-        self
-    }
-
-    /// Reads the policy from `policy`.
-    pub fn with_policy(mut self, policy: PolicySource) -> Self {
-        self.policy = policy;
         self
     }
 
@@ -155,22 +135,16 @@ impl Context {
         self
     }
 
-    /// Records Events through `recorder`.
-    pub fn with_recorder(mut self, recorder: super::events::EventSink) -> Self {
-        self.recorder = Some(recorder);
-        self
-    }
-
     /// Finds tenant identities through `tenants`.
     pub fn with_tenants(mut self, tenants: Tenants) -> Self {
         self.tenants = tenants;
         self
     }
+}
 
-    /// Sends writes through `writer`.
-    pub fn with_writer(mut self, writer: Writer) -> Self {
-        self.writer = writer;
-        self
+impl Framed for Context {
+    fn frame_mut(&mut self) -> &mut Frame {
+        &mut self.frame
     }
 }
 
@@ -258,31 +232,13 @@ async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: Strin
     let plan =
         plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.installed(), &observed.refused, ctx.resync);
     let written = match &plan.children {
-        Some(children) => execute::write_children(&ctx.writer, &ctx.echoes, &namespace, &target, children).await,
+        Some(children) => execute::write_children(&ctx.frame.writer, &ctx.echoes, &namespace, &target, children).await,
         None => Ok(Written::Nothing),
     };
     let decision = decide::decide(&target, plan, written.as_ref(), ctx.agent_watches, Timestamp::now());
     let status = next_status(&target, &decision, &Time(Timestamp::now()));
-    write_status(&target, &ctx, &namespace, status).await?;
+    ctx.frame.finish(target.as_ref(), &namespace, &status, false).await.map_err(Error::Status)?;
     written?;
     tracing::debug!(reason = decision.health.reason(), requeue_seconds = decision.requeue.as_secs(), "reconciled");
     Ok(Action::requeue(decision.requeue))
-}
-
-/// Writes `status` (when it changed), then tells the readiness observer and publishes the
-/// Events of the conditions' transitions.
-async fn write_status(target: &CDTarget, ctx: &Context, namespace: &str, status: CDTargetStatus) -> Result<(), Error> {
-    let previous = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let transition = super::events::transition(previous, &status.conditions);
-    let readiness =
-        crate::telemetry::Readiness::of("CDTarget", namespace, &target.name_any(), &status.conditions, false);
-    status::write(&ctx.writer, namespace, target, status)
-        .instrument(tracing::info_span!("status"))
-        .await
-        .map_err(Error::Status)?;
-    if let Some(observer) = &ctx.readiness {
-        observer(readiness);
-    }
-    super::events::publish(ctx.recorder.as_ref(), target, transition).await;
-    Ok(())
 }

@@ -34,10 +34,10 @@ pub struct Observed {
 /// Reads everything [`super::plan::plan`] needs for `target` in `namespace`.
 #[tracing::instrument(name = "observe", skip_all)]
 pub async fn observe(target: &CDTarget, namespace: &str, ctx: &Context) -> Result<Observed, Error> {
-    let client = ctx.writer.client();
-    let policy = ctx.policy.current().await.map_err(|source| Error::Read {
+    let client = ctx.frame.writer.client();
+    let policy = ctx.frame.policy.current().await.map_err(|source| Error::Read {
         kind: "ConfigMap",
-        name: ctx.policy.describe(),
+        name: ctx.frame.policy.describe(),
         source,
     })?;
     let references = borrowed::references(target);

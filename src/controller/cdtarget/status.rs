@@ -1,12 +1,10 @@
-//! The CDTarget's status after a reconcile, and its one write.
+//! The CDTarget's status after a reconcile (written once by [`crate::controller::frame::Frame::finish`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::ApiResource;
 
 use super::decide::Decision;
 use crate::api::reconcile_request;
 use crate::api::{CDTarget, CDTargetStatus};
-use crate::apply::{Write, WriteError, Writer};
 use crate::controller::conditions::{self, Health};
 use crate::controller::tenant_text::{self, Object};
 
@@ -32,24 +30,4 @@ pub fn next_status(target: &CDTarget, decision: &Decision, now: &Time) -> CDTarg
     status.last_handled_reconcile_at =
         reconcile_request::last_handled(&target.metadata, status.last_handled_reconcile_at.as_deref());
     status
-}
-
-/// Writes `status` of `target` once, and only when it differs from what the target holds (an
-/// unchanged cycle writes nothing).
-pub async fn write(
-    writer: &Writer,
-    namespace: &str,
-    target: &CDTarget,
-    status: CDTargetStatus,
-) -> Result<(), WriteError> {
-    if target.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let write = Write::Status {
-        resource: ApiResource::erase::<CDTarget>(&()),
-        namespace: namespace.to_owned(),
-        name: kube::ResourceExt::name_any(target),
-        status: serde_json::to_value(&status).unwrap_or_default(),
-    };
-    writer.execute(write).await.map(|_| ())
 }

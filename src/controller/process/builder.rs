@@ -30,6 +30,7 @@ use crate::api::{CDTarget, TenantRepository};
 use crate::apply::Writer;
 use crate::controller::cdtarget::echoes::Echoes;
 use crate::controller::events::EventSink;
+use crate::controller::frame::Framed;
 use crate::controller::inputs::{Keda, PolicySource};
 use crate::controller::{cdtarget, tenant_repository};
 use crate::gitlab;
@@ -215,7 +216,7 @@ impl Builder {
                 reflected,
                 registrations.subscribe().boxed(),
                 registrations.store(),
-                repo_ctx.writer.clone(),
+                repo_ctx.frame.writer.clone(),
                 settings.namespace.clone(),
             )));
             repo_ctx = repo_ctx.with_sync_statuses(tenant_repository::SyncStatuses::new(statuses));

@@ -16,10 +16,11 @@ use kube::runtime::controller::Action;
 use super::TRANSIENT_RETRY;
 use super::gitlab::cleanup::{Deletion, skipped_note};
 use super::gitlab::{self, Inputs, StepError};
-use super::{status, summarize};
+use super::summarize;
 use crate::api::conditions::REASON_GITLAB_CLEANUP_SKIPPED;
 use crate::api::tenant_repository::TenantRepository;
 use crate::controller::events::{self, EventSink, Transition};
+use crate::controller::frame::write_status;
 
 pub use super::gitlab::cleanup::deletion_of;
 
@@ -57,7 +58,7 @@ pub async fn cleanup(
                 crate::gitlab::SKIP_CLEANUP_ANNOTATION
             );
             let status = summarize::cleanup_pending(repo, &message, &Time(Timestamp::now()));
-            status::write(inputs.writer, namespace, repo, &status).await.map_err(StepError::Status)?;
+            write_status(inputs.writer, namespace, repo, &status).await.map_err(StepError::Status)?;
             Ok(Action::requeue(step.requeue.unwrap_or(TRANSIENT_RETRY.max(Duration::from_secs(30)))))
         }
     }

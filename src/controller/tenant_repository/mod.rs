@@ -9,7 +9,7 @@
 //!    policy and the load ([`load`]);
 //! 2. [`plan`]: decide, a pure function over what was read ([`Plan`], the decision only);
 //! 3. [`execute::dry_run`]: server-side dry-run what is to be sent, as the tenant;
-//! 4. [`status::record_intent`]: write ahead into the inventory what the apply may create;
+//! 4. [`intent::record`]: write ahead into the inventory what the apply may create;
 //! 5. [`gitlab::pending`]: the commit status `pending` on the revision;
 //! 6. [`execute::apply_and_prune`]: apply and prune through the one writer;
 //! 7. [`wait`]: with `spec.wait`, the health of what was applied;
@@ -18,8 +18,9 @@
 //! 10. [`sync_status`]: the tenant's SyncStatus and Warning Events;
 //! 11. [`summarize`]: every condition and the status, a pure function of the plan and the
 //!     report ([`outcome`] is what they concluded);
-//! 12. [`status::write`]: the one status write;
-//! 13. Events and observers.
+//! 12. [`Frame::finish`]: the one status write, then readiness and the Event of a change of
+//!     `Ready` (the frame both reconcilers share);
+//! 13. the observer of what was applied.
 //!
 //! Deletion is its own path ([`cleanup`]), and all GitLab work is in [`gitlab`], one entry per
 //! phase. What the tenant reads of it all (their SyncStatus, Events, GitLab texts) passes
@@ -32,13 +33,13 @@
 pub mod cleanup;
 pub mod execute;
 pub mod gitlab;
+pub mod intent;
 pub mod load;
 pub mod observe;
 pub mod outcome;
 pub mod plan;
 pub mod report;
 pub mod secrets;
-pub mod status;
 pub mod summarize;
 pub mod sync_status;
 pub mod wait;
@@ -53,9 +54,9 @@ use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
 use crate::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
+use crate::apply::WriteError;
 use crate::apply::applied::AppliedObjects;
-use crate::apply::{WriteError, Writer};
-use crate::controller::inputs::PolicySource;
+use crate::controller::frame::{Frame, Framed};
 use crate::error::{Class, Classify};
 use crate::manifests;
 use crate::source::Fetcher;
@@ -63,7 +64,7 @@ use crate::source::Fetcher;
 pub use crate::controller::conditions::Verdict;
 pub use gitlab::GitLabStep;
 pub use observe::Observed;
-pub use plan::{Plan, Record, apply_schedule, fetch_schedule, objects_of, plan};
+pub use plan::{Plan, Record, apply_schedule, fetch_schedule, plan};
 pub use report::Report;
 pub use secrets::SecretReads;
 pub use summarize::summarize;
@@ -77,27 +78,21 @@ pub use crate::source::registration::{
 /// What the TenantRepository reconciler needs.
 #[derive(Clone)]
 pub struct Context {
-    /// Sends every write (tenant applies and prunes as the tenant, status, finalizers, Secrets);
-    /// its client (the controller's own) reads registrations, Secrets and the policy, and its
-    /// discovery checks the kinds of a tenant's set.
-    pub writer: Writer,
+    /// The writer (tenant applies and prunes as the tenant, status, finalizers, Secrets; its
+    /// client, the controller's own, reads registrations, Secrets and the policy, and its
+    /// discovery checks the kinds of a tenant's set), the policy, Events and readiness.
+    pub frame: Frame,
     /// Fetches repositories into the cache, with bounded concurrency.
     pub fetcher: Fetcher,
-    /// The platform policy.
-    pub policy: PolicySource,
     /// Bounds on the YAML read from a repository and on what loading a revision may produce.
     pub manifest_limits: manifests::Limits,
     /// Loads fetched revisions on threads of their own, a few at once.
     pub loader: load::Loader,
-    /// Records Events on state changes (none in tests that do not look at them).
-    pub recorder: Option<super::events::EventSink>,
     /// Told what a reconcile did, for metrics.
     pub observer: Option<ApplyObserver>,
     /// The GitLab syncer's settings; `None` when the controller runs without `--gitlab-url`
     /// (registrations with `spec.gitlab` then report `GitLabSynced=False`, `GitLabNotConfigured`).
     pub gitlab: Option<crate::gitlab::Settings>,
-    /// Told the readiness of every status written, for `cdtarget_object_ready`.
-    pub readiness: Option<crate::telemetry::ReadinessObserver>,
     /// The watch of SyncStatuses: with it, every reconcile keeps the registration's SyncStatus
     /// in the tenant namespace and records the tenant's Warning Events ([`sync_status`]);
     /// without it (tests that do not look at them), neither.
@@ -127,18 +122,15 @@ impl Context {
     /// A context whose writes go through the controller's own `client` (tenant writes
     /// impersonating over it), reading policy ConfigMap `policy_namespace/policy_name` on every
     /// reconcile. The controller process replaces the policy source with its shared watch
-    /// ([`Context::with_policy`]).
+    /// ([`Framed::with_policy`]).
     pub fn new(client: Client, fetcher: Fetcher, policy_namespace: &str, policy_name: &str) -> Self {
         Context {
-            writer: Writer::new(client.clone()),
+            frame: Frame::new(client, policy_namespace, policy_name),
             fetcher,
-            policy: PolicySource::Read { client, namespace: policy_namespace.to_owned(), name: policy_name.to_owned() },
             manifest_limits: manifests::Limits::default(),
             loader: load::Loader::default(),
-            recorder: None,
             observer: None,
             gitlab: None,
-            readiness: None,
             sync_statuses: None,
             applied: AppliedObjects::default(),
         }
@@ -147,12 +139,6 @@ impl Context {
     /// Keeps every registration's SyncStatus, read from `statuses`' watch.
     pub fn with_sync_statuses(mut self, statuses: SyncStatuses) -> Self {
         self.sync_statuses = Some(statuses);
-        self
-    }
-
-    /// Tells `observer` the readiness of every status written.
-    pub fn with_readiness(mut self, observer: crate::telemetry::ReadinessObserver) -> Self {
-        self.readiness = Some(observer);
         self
     }
 
@@ -168,24 +154,6 @@ impl Context {
         self
     }
 
-    /// Records Events through `recorder`.
-    pub fn with_recorder(mut self, recorder: super::events::EventSink) -> Self {
-        self.recorder = Some(recorder);
-        self
-    }
-
-    /// Reads the policy from `policy`.
-    pub fn with_policy(mut self, policy: PolicySource) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// Sends writes through `writer`.
-    pub fn with_writer(mut self, writer: Writer) -> Self {
-        self.writer = writer;
-        self
-    }
-
     /// Bounds the YAML read from a repository by `limits`.
     pub fn with_manifest_limits(mut self, limits: manifests::Limits) -> Self {
         self.manifest_limits = limits;
@@ -193,7 +161,13 @@ impl Context {
     }
 
     fn gitlab_inputs<'a>(&'a self, secrets: &'a SecretReads) -> gitlab::Inputs<'a> {
-        gitlab::Inputs { settings: self.gitlab.as_ref(), writer: &self.writer, secrets }
+        gitlab::Inputs { settings: self.gitlab.as_ref(), writer: &self.frame.writer, secrets }
+    }
+}
+
+impl Framed for Context {
+    fn frame_mut(&mut self) -> &mut Frame {
+        &mut self.frame
     }
 }
 
@@ -283,10 +257,10 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
 async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
     let name = repo.name_any();
     let key = format!("{namespace}/{name}");
-    let secrets = SecretReads::new(ctx.writer.client(), &namespace);
+    let secrets = SecretReads::new(ctx.frame.writer.client(), &namespace);
     if let Some(deletion) = cleanup::deletion_of(&repo) {
         let inputs = ctx.gitlab_inputs(&secrets);
-        return Ok(cleanup::cleanup(&repo, &namespace, inputs, ctx.recorder.as_ref(), deletion).await?);
+        return Ok(cleanup::cleanup(&repo, &namespace, inputs, ctx.frame.recorder.as_ref(), deletion).await?);
     }
     let mut report = Report::default();
     // Finalizer and key pair Secret: a failure here is reported by the sync phase below (the
@@ -303,11 +277,11 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     let plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
     // 3. Dry run. All or nothing: what is to be sent is server-side dry-run as the tenant before
     // anything is written; a refusal leaves no intent, no apply and no prune.
-    let checked = execute::dry_run(&ctx.writer, &repo, &plan).await;
+    let checked = execute::dry_run(&ctx.frame.writer, &repo, &plan).await;
     // 4. Record intent. Write-ahead: what the apply may create is in the inventory before it is
     // created, or nothing is applied (the reconcile fails and is retried).
     if let (Some(intent), None) = (&plan.intent, &checked.executed.failure) {
-        status::record_intent(&ctx.writer, &namespace, &repo, intent)
+        intent::record(&ctx.frame.writer, &namespace, &repo, intent)
             .instrument(tracing::info_span!("intent"))
             .await
             .map_err(Error::Status)?;
@@ -316,7 +290,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     // only shows in `CommitStatusPosted`).
     let pending = gitlab::pending(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
     // 6. Apply and prune.
-    report.executed = execute::apply_and_prune(&ctx.writer, &repo, &plan, checked).await;
+    report.executed = execute::apply_and_prune(&ctx.frame.writer, &repo, &plan, checked).await;
     match (&report.executed.failure, &plan.digests) {
         // Whatever a failed attempt left on the cluster, the next one sends the whole set.
         (Some(_), _) => ctx.applied.forget(&key),
@@ -328,7 +302,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         return Err(Error::Apply(report.executed.failure.take().expect("matched above")));
     }
     // 7. Wait for health (spec.wait): Ready only once what was applied is healthy (kstatus).
-    report.waited = wait::wait(&ctx.writer, &repo, &plan, &report.executed, Timestamp::now()).await;
+    report.waited = wait::wait(&ctx.frame.writer, &repo, &plan, &report.executed, Timestamp::now()).await;
     // 8. GitLab keys and hooks, after the apply and whatever its outcome: a GitLab failure never
     // blocks or undoes it.
     let synced = match prepared {
@@ -353,7 +327,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
             previous: None,
             now: &now,
         };
-        let written = sync_status::update(sync_statuses, &ctx.writer, ctx.recorder.as_ref(), inputs)
+        let written = sync_status::update(sync_statuses, &ctx.frame.writer, ctx.frame.recorder.as_ref(), inputs)
             .instrument(tracing::info_span!("sync_status"))
             .await;
         if let Err(error) = &written {
@@ -363,24 +337,9 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     }
     // 11. Summarize: every condition and the status, once.
     let status = summarize(&repo, &plan, &report, &now);
-    // 12. Write status.
-    let previous = repo.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let transition = super::events::transition(previous, &status.conditions);
-    status::write(&ctx.writer, &namespace, &repo, &status)
-        .instrument(tracing::info_span!("status"))
-        .await
-        .map_err(Error::Status)?;
-    // 13. Events and observers.
-    if let Some(observer) = &ctx.readiness {
-        observer(crate::telemetry::Readiness::of(
-            "TenantRepository",
-            &namespace,
-            &name,
-            &status.conditions,
-            repo.spec.suspend,
-        ));
-    }
-    super::events::publish(ctx.recorder.as_ref(), repo.as_ref(), transition).await;
+    // 12. Write status, once; then readiness and the Event of a change of `Ready`.
+    ctx.frame.finish(repo.as_ref(), &namespace, &status, repo.spec.suspend).await.map_err(Error::Status)?;
+    // 13. The observer of what was applied.
     let applied = ApplyReport {
         registration: key,
         applied: report.executed.applied,

@@ -89,9 +89,9 @@ pub async fn observe(
     }
     let root = snapshot.root.clone();
     let synced = path_components(repo.spec.path.as_deref().unwrap_or_default()).unwrap_or_default().join("/");
-    let read = ctx.policy.current().await.map_err(|source| Error::Read {
+    let read = ctx.frame.policy.current().await.map_err(|source| Error::Read {
         kind: "ConfigMap",
-        name: ctx.policy.describe(),
+        name: ctx.frame.policy.describe(),
         source,
     })?;
     let policy = match read.as_ref() {
@@ -109,16 +109,15 @@ pub async fn observe(
     };
     let load = ctx.loader.load(request, ctx.manifest_limits, policy).await;
     // Scope and kind by the cluster's own discovery, before anything is applied.
-    let load =
-        match load {
-            Ok(set) => {
-                let problems = discovery::check_set(ctx.writer.discovery(), &set)
-                    .await
-                    .map_err(|source| Error::Read { kind: "API discovery", name: "/api, /apis".into(), source })?;
-                if problems.is_empty() { Ok(set) } else { Err(problems) }
-            }
-            Err(problems) => Err(problems),
-        };
+    let load = match load {
+        Ok(set) => {
+            let problems = discovery::check_set(ctx.frame.writer.discovery(), &set)
+                .await
+                .map_err(|source| Error::Read { kind: "API discovery", name: "/api, /apis".into(), source })?;
+            if problems.is_empty() { Ok(set) } else { Err(problems) }
+        }
+        Err(problems) => Err(problems),
+    };
     Ok(Observed::Fetched { revision, load })
 }
 

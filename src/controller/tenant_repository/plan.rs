@@ -23,7 +23,6 @@ use crate::apply::server_side;
 use crate::apply::{entry_of, inventory_of, prune_plan};
 use crate::controller::conditions::{Health, Verdict};
 use crate::error::{Classify, Schedule};
-use crate::manifests::{ApplySet, Content};
 use crate::problem::Problem;
 use crate::source::registration::{DEFAULT_INTERVAL, interval_of};
 use crate::text::redact_userinfo;
@@ -146,8 +145,8 @@ pub fn plan(repo: &TenantRepository, observed: Observed, jitter: Duration) -> Pl
         }
         Observed::Fetched { revision, load: Ok(set) } => {
             let namespace = repo.spec.target_namespace.as_str();
-            let objects = objects_of(&set, namespace);
-            // objects_of keeps the documents' order: the side table from each object to its file.
+            let objects = set.objects(namespace);
+            // `objects` keeps the documents' order: the side table from each object to its file.
             let origins = objects
                 .iter()
                 .zip(&set.documents)
@@ -203,29 +202,6 @@ impl Plan {
     }
 }
 
-/// The objects of `set` as they are sent: every document with its namespace, in apply order.
-pub fn objects_of(set: &ApplySet, namespace: &str) -> Vec<Value> {
-    set.documents
-        .iter()
-        .map(|document| {
-            let mut value = match &document.content {
-                Content::CDTarget(target) => {
-                    let mut value = serde_json::to_value(target.as_ref()).unwrap_or_default();
-                    if let Some(object) = value.as_object_mut() {
-                        object.remove("status");
-                    }
-                    value
-                }
-                Content::Object(value) => value.clone(),
-            };
-            if let Some(metadata) = value.pointer_mut("/metadata").and_then(Value::as_object_mut) {
-                metadata.insert("namespace".into(), Value::String(namespace.to_owned()));
-            }
-            value
-        })
-        .collect()
-}
-
 pub(super) fn union(a: &[InventoryEntry], b: &[InventoryEntry]) -> Vec<InventoryEntry> {
     a.iter().chain(b).cloned().collect::<BTreeSet<_>>().into_iter().collect()
 }
@@ -265,7 +241,7 @@ pub(super) mod tests {
     use crate::api::tenant_repository::TenantRepositoryStatus;
     use crate::controller::tenant_repository::report::Report;
     use crate::controller::tenant_repository::summarize::summarize;
-    use crate::manifests;
+    use crate::manifests::{self, ApplySet, Content};
     use crate::source::{FailureKind, SourceError};
 
     pub(crate) fn repo(prune: bool, status: Option<TenantRepositoryStatus>) -> TenantRepository {

@@ -29,7 +29,7 @@ pub fn summarize(repo: &TenantRepository, plan: &Plan, report: &Report, now: &Ti
         Some(health) => conditions::summarize(&mut status.conditions, health, generation, now),
         None => {
             // Suspended: say so on Ready, keeping whether what was applied last is in place.
-            let ready = conditions::is_true(&status.conditions, READY);
+            let ready = crate::api::conditions::is_true(&status.conditions, READY);
             let message = "reconciliation is suspended (spec.suspend); what is applied stays as it is";
             conditions::set(&mut status.conditions, READY, ready, REASON_SUSPENDED, message, generation, now);
             conditions::remove(&mut status.conditions, RECONCILING);
