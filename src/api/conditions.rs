@@ -76,40 +76,98 @@ pub const REASON_POSTED: &str = "Posted";
 /// `SyncStatusWritten=False`: the SyncStatus write was refused or could not be sent.
 pub const REASON_WRITE_FAILED: &str = "WriteFailed";
 
-/// Why a fetch failed (`SourceReady=False`): [`crate::source::FailureKind`]'s reasons.
+// Why a fetch failed (`SourceReady=False`): [`crate::source::FailureKind`]'s reasons.
+/// The server refused the key or token, or the key cannot be used.
+pub const REASON_AUTHENTICATION_FAILED: &str = "AuthenticationFailed";
+/// The SSH host key differs from the one in `known_hosts`.
+pub const REASON_HOST_KEY_MISMATCH: &str = "HostKeyMismatch";
+/// `known_hosts` has no entry for the host (and port).
+pub const REASON_HOST_KEY_UNKNOWN: &str = "HostKeyUnknown";
+/// The HTTPS certificate is not trusted.
+pub const REASON_CERTIFICATE_INVALID: &str = "CertificateInvalid";
+/// The branch, tag or commit does not exist on the remote.
+pub const REASON_REF_NOT_FOUND: &str = "RefNotFound";
+/// The server cannot be reached or the connection broke.
+pub const REASON_UNREACHABLE: &str = "Unreachable";
+/// The fetch took longer than `spec.timeout` (default `--git-timeout`).
+pub const REASON_TIMEOUT: &str = "Timeout";
+/// The fetch received more than `--git-max-fetch-bytes`.
+pub const REASON_TOO_LARGE: &str = "TooLarge";
+/// The checked-out tree is over `--git-max-snapshot-bytes` (or a file or entry count bound).
+pub const REASON_SNAPSHOT_TOO_LARGE: &str = "SnapshotTooLarge";
+/// The registration's cache would pass `--git-max-cache-bytes` even after a fresh clone.
+pub const REASON_CACHE_TOO_LARGE: &str = "CacheTooLarge";
+/// The commit's tree holds an entry that cannot be checked out safely.
+pub const REASON_UNSAFE_TREE: &str = "UnsafeTree";
+/// The server redirected to another host, to plain http, or (with credentials) another port.
+pub const REASON_REDIRECT_REFUSED: &str = "RedirectRefused";
+/// The local cache was damaged; it is discarded and cloned again.
+pub const REASON_CORRUPT_CACHE: &str = "CorruptCache";
+/// The request itself is wrong: URL scheme, ref name, or `spec.path`.
+pub const REASON_INVALID_REQUEST: &str = "InvalidRequest";
+/// Anything else libgit2 reported.
+pub const REASON_GIT_ERROR: &str = "GitError";
+
+/// Every reason of a failed fetch.
 pub const FETCH_REASONS: &[&str] = &[
-    "AuthenticationFailed",
-    "HostKeyMismatch",
-    "HostKeyUnknown",
-    "CertificateInvalid",
-    "RefNotFound",
-    "Unreachable",
-    "Timeout",
-    "TooLarge",
-    "SnapshotTooLarge",
-    "CacheTooLarge",
-    "UnsafeTree",
-    "RedirectRefused",
-    "CorruptCache",
-    "InvalidRequest",
-    "GitError",
+    REASON_AUTHENTICATION_FAILED,
+    REASON_HOST_KEY_MISMATCH,
+    REASON_HOST_KEY_UNKNOWN,
+    REASON_CERTIFICATE_INVALID,
+    REASON_REF_NOT_FOUND,
+    REASON_UNREACHABLE,
+    REASON_TIMEOUT,
+    REASON_TOO_LARGE,
+    REASON_SNAPSHOT_TOO_LARGE,
+    REASON_CACHE_TOO_LARGE,
+    REASON_UNSAFE_TREE,
+    REASON_REDIRECT_REFUSED,
+    REASON_CORRUPT_CACHE,
+    REASON_INVALID_REQUEST,
+    REASON_GIT_ERROR,
 ];
 
-/// Why a GitLab call failed (`GitLabSynced=False`, `CommitStatusPosted=False`):
-/// [`crate::gitlab::ErrorKind`]'s reasons.
+// Why a GitLab call failed (`GitLabSynced=False`, `CommitStatusPosted=False`):
+// [`crate::gitlab::ErrorKind`]'s reasons.
+/// GitLab refused the bot token (401).
+pub const REASON_GITLAB_UNAUTHORIZED: &str = "GitLabUnauthorized";
+/// The bot token lacks the `api` scope.
+pub const REASON_GITLAB_INSUFFICIENT_SCOPE: &str = "GitLabInsufficientScope";
+/// The bot is below Maintainer on the project.
+pub const REASON_GITLAB_NOT_MAINTAINER: &str = "GitLabNotMaintainer";
+/// The bot may not post commit statuses (below Developer, or a protected branch).
+pub const REASON_GITLAB_STATUS_FORBIDDEN: &str = "GitLabStatusForbidden";
+/// The project does not exist or the bot cannot see it.
+pub const REASON_GITLAB_PROJECT_NOT_FOUND: &str = "GitLabProjectNotFound";
+/// GitLab refuses the deploy key (used where the bot cannot see).
+pub const REASON_DEPLOY_KEY_IN_USE: &str = "DeployKeyInUse";
+/// An object GitLab was asked about is gone (404 on a key, hook or commit).
+pub const REASON_GITLAB_OBJECT_GONE: &str = "GitLabObjectGone";
+/// GitLab refused the request with another 4xx.
+pub const REASON_GITLAB_REJECTED: &str = "GitLabRejected";
+/// GitLab is throttling (429).
+pub const REASON_GITLAB_RATE_LIMITED: &str = "GitLabRateLimited";
+/// GitLab is down or answering 5xx, or cannot be reached.
+pub const REASON_GITLAB_UNAVAILABLE: &str = "GitLabUnavailable";
+/// GitLab answered with something the controller cannot read.
+pub const REASON_GITLAB_INVALID_RESPONSE: &str = "GitLabInvalidResponse";
+/// A registration or Secret the syncer cannot use (no `spec.secretRef`, no webhook `token`).
+pub const REASON_GITLAB_CONFIG_INVALID: &str = "GitLabConfigInvalid";
+
+/// Every reason of a failed GitLab call.
 pub const GITLAB_ERROR_REASONS: &[&str] = &[
-    "GitLabUnauthorized",
-    "GitLabInsufficientScope",
-    "GitLabNotMaintainer",
-    "GitLabStatusForbidden",
-    "GitLabProjectNotFound",
-    "DeployKeyInUse",
-    "GitLabObjectGone",
-    "GitLabRejected",
-    "GitLabRateLimited",
-    "GitLabUnavailable",
-    "GitLabInvalidResponse",
-    "GitLabConfigInvalid",
+    REASON_GITLAB_UNAUTHORIZED,
+    REASON_GITLAB_INSUFFICIENT_SCOPE,
+    REASON_GITLAB_NOT_MAINTAINER,
+    REASON_GITLAB_STATUS_FORBIDDEN,
+    REASON_GITLAB_PROJECT_NOT_FOUND,
+    REASON_DEPLOY_KEY_IN_USE,
+    REASON_GITLAB_OBJECT_GONE,
+    REASON_GITLAB_REJECTED,
+    REASON_GITLAB_RATE_LIMITED,
+    REASON_GITLAB_UNAVAILABLE,
+    REASON_GITLAB_INVALID_RESPONSE,
+    REASON_GITLAB_CONFIG_INVALID,
 ];
 
 // === CDTarget reasons ===

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::api::TenantRepository;
+use crate::error::Reason;
 use crate::gitlab::{self, ClientConfig, ErrorKind, GitLabClient, GitLabError, Secret, SyncInput};
 
 /// Largest registration or public key file read.
@@ -57,7 +58,7 @@ pub fn run(args: &GitLabSyncArgs, out: &mut impl Write, err: &mut impl Write) ->
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            let _ = writeln!(err, "cdtarget gitlab-sync: {}: {error}", gitlab::condition_reason(&error));
+            let _ = writeln!(err, "cdtarget gitlab-sync: {}: {error}", error.reason());
             match error.kind {
                 ErrorKind::InvalidConfig => ExitCode::from(2),
                 _ => ExitCode::FAILURE,

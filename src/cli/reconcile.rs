@@ -28,10 +28,10 @@ use kube::{Api, Client, Config, Resource};
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use crate::api::conditions::is_true;
 use crate::api::conditions::{READY, RECONCILING};
 use crate::api::reconcile_request::{REQUESTED_AT, is_handled};
 use crate::api::{CDTarget, TenantRepository};
-use crate::api::conditions::is_true;
 
 /// The namespace TenantRepositories live in unless `--namespace` says otherwise: where
 /// `deploy/` runs the controller.

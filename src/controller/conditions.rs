@@ -6,9 +6,6 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::conditions::{READY, RECONCILING, STALLED};
-use crate::error::Reason;
-use crate::gitlab::GitLabError;
-use crate::source::SourceError;
 use crate::text::redact_userinfo;
 
 /// Kubernetes accepts up to 32 KiB; a condition is read by people, so keep it short.
@@ -140,22 +137,6 @@ pub fn summarize(conditions: &mut Vec<Condition>, health: &Health, generation: O
     }
 }
 
-
-// === the reasons of the errors that end in a condition ===
-// (beside the controller until the fetch and GitLab error modules carry them themselves)
-
-impl Reason for SourceError {
-    fn reason(&self) -> &'static str {
-        self.kind.reason()
-    }
-}
-
-impl Reason for GitLabError {
-    fn reason(&self) -> &'static str {
-        self.kind.reason()
-    }
-}
-
 fn truncate(message: &str) -> String {
     if message.len() <= MAX_MESSAGE {
         return message.to_owned();
@@ -219,8 +200,9 @@ mod tests {
     #[test]
     fn every_fetch_and_gitlab_error_reason_is_in_the_vocabulary() {
         use crate::api::conditions::{FETCH_REASONS, GITLAB_ERROR_REASONS};
-        use crate::gitlab::ErrorKind;
-        use crate::source::FailureKind;
+        use crate::error::Reason;
+        use crate::gitlab::{ErrorKind, GitLabError};
+        use crate::source::{FailureKind, SourceError};
         // Exhaustive: a new kind does not compile until it is listed here.
         let fetch = |kind: FailureKind| match kind {
             FailureKind::AuthenticationFailed

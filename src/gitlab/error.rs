@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::{Class, Classify};
+use crate::api::conditions;
+use crate::error::{Class, Classify, Reason};
 
 /// What went wrong, as the `GitLabSynced` condition names it (see [`ErrorKind::reason`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,18 +42,18 @@ impl ErrorKind {
     /// The condition reason, e.g. `GitLabNotMaintainer`.
     pub fn reason(self) -> &'static str {
         match self {
-            ErrorKind::Unauthorized => "GitLabUnauthorized",
-            ErrorKind::InsufficientScope => "GitLabInsufficientScope",
-            ErrorKind::NotMaintainer => "GitLabNotMaintainer",
-            ErrorKind::StatusForbidden => "GitLabStatusForbidden",
-            ErrorKind::ProjectNotFound => "GitLabProjectNotFound",
-            ErrorKind::KeyTakenElsewhere => "DeployKeyInUse",
-            ErrorKind::NotFound => "GitLabObjectGone",
-            ErrorKind::Rejected => "GitLabRejected",
-            ErrorKind::RateLimited => "GitLabRateLimited",
-            ErrorKind::Unavailable => "GitLabUnavailable",
-            ErrorKind::InvalidResponse => "GitLabInvalidResponse",
-            ErrorKind::InvalidConfig => "GitLabConfigInvalid",
+            ErrorKind::Unauthorized => conditions::REASON_GITLAB_UNAUTHORIZED,
+            ErrorKind::InsufficientScope => conditions::REASON_GITLAB_INSUFFICIENT_SCOPE,
+            ErrorKind::NotMaintainer => conditions::REASON_GITLAB_NOT_MAINTAINER,
+            ErrorKind::StatusForbidden => conditions::REASON_GITLAB_STATUS_FORBIDDEN,
+            ErrorKind::ProjectNotFound => conditions::REASON_GITLAB_PROJECT_NOT_FOUND,
+            ErrorKind::KeyTakenElsewhere => conditions::REASON_DEPLOY_KEY_IN_USE,
+            ErrorKind::NotFound => conditions::REASON_GITLAB_OBJECT_GONE,
+            ErrorKind::Rejected => conditions::REASON_GITLAB_REJECTED,
+            ErrorKind::RateLimited => conditions::REASON_GITLAB_RATE_LIMITED,
+            ErrorKind::Unavailable => conditions::REASON_GITLAB_UNAVAILABLE,
+            ErrorKind::InvalidResponse => conditions::REASON_GITLAB_INVALID_RESPONSE,
+            ErrorKind::InvalidConfig => conditions::REASON_GITLAB_CONFIG_INVALID,
         }
     }
 
@@ -115,9 +116,10 @@ impl fmt::Display for GitLabError {
 
 impl std::error::Error for GitLabError {}
 
-/// The `GitLabSynced` reason for `error`, e.g. `GitLabInsufficientScope` or `DeployKeyInUse`.
-pub fn condition_reason(error: &GitLabError) -> &'static str {
-    error.kind.reason()
+impl Reason for GitLabError {
+    fn reason(&self) -> &'static str {
+        self.kind.reason()
+    }
 }
 
 #[cfg(test)]
@@ -132,6 +134,6 @@ mod tests {
         for kind in [ErrorKind::RateLimited, ErrorKind::Unavailable] {
             assert_eq!(kind.class(), Class::Transient, "{kind:?}");
         }
-        assert_eq!(condition_reason(&GitLabError::new(ErrorKind::NotMaintainer, "x")), "GitLabNotMaintainer");
+        assert_eq!(GitLabError::new(ErrorKind::NotMaintainer, "x").reason(), "GitLabNotMaintainer");
     }
 }

@@ -11,7 +11,7 @@
 //! The controller (and `cdtarget gitlab-sync`) builds a [`SyncInput`] with
 //! [`SyncInput::for_registration`], then calls [`sync`] (or [`remove`] under the finalizer),
 //! writes [`SyncOutcome::status`] and sets the [`crate::api::conditions::GITLAB_SYNCED`] condition with
-//! [`crate::api::conditions::REASON_SYNCED`] or [`condition_reason`]. See `docs/gitlab.md`.
+//! [`crate::api::conditions::REASON_SYNCED`] or the error's [`crate::error::Reason`]. See `docs/gitlab.md`.
 
 pub mod client;
 pub mod commit_status;
@@ -25,7 +25,7 @@ use futures::StreamExt;
 
 pub use client::{ClientConfig, ClientStats, Clock, GitLabClient, RetryPolicy, Secret, SystemClock};
 pub use commit_status::StatusSettings;
-pub use error::{ErrorKind, GitLabError, condition_reason};
+pub use error::{ErrorKind, GitLabError};
 pub use plan::{Call, Desired, DesiredHook, DesiredKey, Ownership, Plan};
 pub use settings::Settings;
 

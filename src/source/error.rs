@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::error::{Class, Classify};
+use crate::api::conditions;
+use crate::error::{Class, Classify, Reason};
 
 /// What went wrong, as the controller's conditions name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -62,24 +63,24 @@ impl FailureKind {
         }
     }
 
-    /// The condition reason, e.g. `AuthenticationFailed`.
+    /// The condition reason, e.g. `AuthenticationFailed` (one of [`conditions::FETCH_REASONS`]).
     pub fn reason(self) -> &'static str {
         match self {
-            FailureKind::AuthenticationFailed => "AuthenticationFailed",
-            FailureKind::HostKeyMismatch => "HostKeyMismatch",
-            FailureKind::HostKeyUnknown => "HostKeyUnknown",
-            FailureKind::CertificateInvalid => "CertificateInvalid",
-            FailureKind::RefNotFound => "RefNotFound",
-            FailureKind::Unreachable => "Unreachable",
-            FailureKind::Timeout => "Timeout",
-            FailureKind::TooLarge => "TooLarge",
-            FailureKind::SnapshotTooLarge => "SnapshotTooLarge",
-            FailureKind::CacheTooLarge => "CacheTooLarge",
-            FailureKind::UnsafeTree => "UnsafeTree",
-            FailureKind::RedirectRefused => "RedirectRefused",
-            FailureKind::CorruptCache => "CorruptCache",
-            FailureKind::InvalidRequest => "InvalidRequest",
-            FailureKind::Other => "GitError",
+            FailureKind::AuthenticationFailed => conditions::REASON_AUTHENTICATION_FAILED,
+            FailureKind::HostKeyMismatch => conditions::REASON_HOST_KEY_MISMATCH,
+            FailureKind::HostKeyUnknown => conditions::REASON_HOST_KEY_UNKNOWN,
+            FailureKind::CertificateInvalid => conditions::REASON_CERTIFICATE_INVALID,
+            FailureKind::RefNotFound => conditions::REASON_REF_NOT_FOUND,
+            FailureKind::Unreachable => conditions::REASON_UNREACHABLE,
+            FailureKind::Timeout => conditions::REASON_TIMEOUT,
+            FailureKind::TooLarge => conditions::REASON_TOO_LARGE,
+            FailureKind::SnapshotTooLarge => conditions::REASON_SNAPSHOT_TOO_LARGE,
+            FailureKind::CacheTooLarge => conditions::REASON_CACHE_TOO_LARGE,
+            FailureKind::UnsafeTree => conditions::REASON_UNSAFE_TREE,
+            FailureKind::RedirectRefused => conditions::REASON_REDIRECT_REFUSED,
+            FailureKind::CorruptCache => conditions::REASON_CORRUPT_CACHE,
+            FailureKind::InvalidRequest => conditions::REASON_INVALID_REQUEST,
+            FailureKind::Other => conditions::REASON_GIT_ERROR,
         }
     }
 }
@@ -111,6 +112,12 @@ impl std::error::Error for SourceError {}
 impl Classify for SourceError {
     fn class(&self) -> Class {
         self.kind.class()
+    }
+}
+
+impl Reason for SourceError {
+    fn reason(&self) -> &'static str {
+        self.kind.reason()
     }
 }
 

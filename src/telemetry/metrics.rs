@@ -101,7 +101,7 @@ impl Readiness {
                 name: name.to_owned(),
                 suspended: if suspended { "true" } else { "false" },
             },
-            ready: conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
+            ready: conditions.iter().any(|c| c.type_ == crate::api::conditions::READY && c.status == "True"),
         }
     }
 }

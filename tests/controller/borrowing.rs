@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::conditions::is_true;
 use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::conditions::{REASON_CONFIG_MAP_NOT_ALLOWED, REASON_SECRET_NOT_ALLOWED};
 use cdtarget::controller::cdtarget::Context;
 use cdtarget::controller::cdtarget::borrowed::{SERVICE_ACCOUNT_NAME_ANNOTATION, SERVICE_ACCOUNT_TOKEN_TYPE};
-use cdtarget::api::conditions::is_true;
 use cdtarget::fixtures::{env_from_config_map, env_from_secret};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::EnvVar;

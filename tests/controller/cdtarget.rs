@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cdtarget::api::conditions::APPLIED;
+use cdtarget::api::conditions::is_true;
 use cdtarget::api::conditions::{READY, RECONCILING, STALLED};
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::labels::SECRETS_DIGEST;
@@ -11,7 +12,6 @@ use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::{CDTarget, CDTargetStatus};
 use cdtarget::controller::cdtarget::AgentWatches;
 use cdtarget::controller::cdtarget::reconcile;
-use cdtarget::api::conditions::is_true;
 use cdtarget::error::Classify;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;

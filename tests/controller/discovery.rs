@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use cdtarget::api::conditions::STALLED;
+use cdtarget::api::conditions::is_true;
 use cdtarget::api::conditions::{APPLIED, REASON_SUCCEEDED, REASON_VALIDATION_FAILED};
 use cdtarget::apply::discovery::{Discovery, Lookup};
-use cdtarget::api::conditions::is_true;
 use kube::CustomResource;
 use kube::api::Api;
 use schemars::JsonSchema;

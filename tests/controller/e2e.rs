@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use cdtarget::api::CDTarget;
 use cdtarget::api::conditions::REASON_SECRET_NOT_ALLOWED;
+use cdtarget::api::conditions::is_true;
 use cdtarget::api::conditions::{APPLIED, REASON_VALIDATION_FAILED};
 use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{TenantRepository, webhook_path};
 use cdtarget::controller::cdtarget::REGISTRATIONS_TTL;
-use cdtarget::api::conditions::is_true;
 use cdtarget::controller::process::{self, Builder, Reconciled, Registrations, Settings, Sources};
 use cdtarget::controller::{cdtarget as cdtarget_reconciler, tenant_repository};
 use cdtarget::fixtures;

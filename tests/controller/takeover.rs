@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use cdtarget::api::CDTarget;
 use cdtarget::api::conditions::REASON_NAME_CONFLICT;
+use cdtarget::api::conditions::is_true;
 use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
-use cdtarget::api::conditions::is_true;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::conditions::is_true;
 use cdtarget::api::conditions::{APPLIED, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_VALIDATION_FAILED, SOURCE_READY};
 use cdtarget::api::conditions::{READY, STALLED};
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::tenant_repository::{InventoryEntry, TenantRepository, TenantRepositoryStatus};
-use cdtarget::api::conditions::is_true;
 use cdtarget::controller::tenant_repository::{Context, reconcile};
 use cdtarget::fixtures;
 use cdtarget::source::{self, Fetcher, Limits};

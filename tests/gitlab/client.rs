@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use cdtarget::error::Reason;
 use cdtarget::gitlab::{self, ErrorKind, GitLabError};
 
 use super::common::fake_gitlab::{
@@ -135,7 +136,7 @@ async fn a_rate_limit_longer_than_the_client_waits_is_returned_with_its_delay() 
     let error = client(&fake, &clock).deploy_keys(id).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::RateLimited);
     assert_eq!(error.retry_after, Some(Duration::from_secs(3600)));
-    assert_eq!(gitlab::condition_reason(&error), "GitLabRateLimited");
+    assert_eq!(error.reason(), "GitLabRateLimited");
     assert!(clock.waits().is_empty(), "an hour is not waited out in a worker");
 }
 
@@ -198,20 +199,17 @@ async fn auth_failures_name_what_to_fix_and_never_the_token() {
     let read_only = client_with_token(&fake, &clock, "glpat-read-only-token");
     assert!(read_only.deploy_keys(id).await.is_ok(), "read_api may read");
     let error = read_only.create_deploy_key(id, "t", &synthetic_key("k"), false).await.unwrap_err();
-    assert_eq!(
-        (error.kind, gitlab::condition_reason(&error)),
-        (ErrorKind::InsufficientScope, "GitLabInsufficientScope")
-    );
+    assert_eq!((error.kind, error.reason()), (ErrorKind::InsufficientScope, "GitLabInsufficientScope"));
     assert!(error.message.contains("lacks scope `api`"), "{error}");
 
     let client = client(&fake, &clock);
     let error = client.hooks(low).await.unwrap_err();
-    assert_eq!((error.kind, gitlab::condition_reason(&error)), (ErrorKind::NotMaintainer, "GitLabNotMaintainer"));
+    assert_eq!((error.kind, error.reason()), (ErrorKind::NotMaintainer, "GitLabNotMaintainer"));
     assert!(error.message.contains("Maintainer"), "{error}");
     assert_token_absent(&error);
 
     let error = client.project("team-a/missing").await.unwrap_err();
-    assert_eq!((error.kind, gitlab::condition_reason(&error)), (ErrorKind::ProjectNotFound, "GitLabProjectNotFound"));
+    assert_eq!((error.kind, error.reason()), (ErrorKind::ProjectNotFound, "GitLabProjectNotFound"));
     assert!(error.message.contains("project `team-a/missing`"), "{error}");
     let hidden = fake.add_project_with_role("team-x/hidden", None);
     assert_eq!(client.deploy_keys(hidden).await.unwrap_err().kind, ErrorKind::ProjectNotFound, "invisible = missing");

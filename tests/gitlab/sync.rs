@@ -2,7 +2,7 @@
 //! deletion with things already gone, and key rotation without a moment without a valid key.
 
 use cdtarget::api::tenant_repository::webhook_path;
-use cdtarget::error::Classify;
+use cdtarget::error::{Classify, Reason};
 use cdtarget::gitlab::{self, ErrorKind, executor};
 
 use super::common::fake_gitlab::{FakeGitLab, Fault, HOOK_LIMIT};
@@ -133,7 +133,7 @@ async fn a_key_taken_elsewhere_stalls_with_a_reason_and_a_remedy() {
         let error =
             gitlab::sync(&client, &input(&registration("app", PROJECT), taken, EXTERNAL_URL)).await.unwrap_err();
         assert_eq!(error.kind, ErrorKind::KeyTakenElsewhere, "{error}");
-        assert_eq!(gitlab::condition_reason(&error), "DeployKeyInUse");
+        assert_eq!(error.reason(), "DeployKeyInUse");
         assert_eq!(error.class(), cdtarget::error::Class::Stalled);
         assert!(
             error.message.contains("already taken") && error.message.contains("cdtarget.io/rotate-deploy-key"),
