@@ -45,6 +45,15 @@ pub fn redact_url_userinfo(url: &str) -> String {
     format!("{}***{}", &url[..start], &url[at..])
 }
 
+/// `url` with the digest after `/hook/` hidden: the path alone lets anyone trigger a sync of a
+/// `generic` registration, so it is as secret as the token.
+pub fn redact_hook_path(url: &str) -> String {
+    match url.rfind("/hook/") {
+        Some(at) => format!("{}/hook/***", &url[..at]),
+        None => url.to_owned(),
+    }
+}
+
 /// The first 12 characters of a commit SHA, as messages, Events and GitLab texts show it (the
 /// whole text when shorter).
 pub fn short_revision(sha: &str) -> &str {

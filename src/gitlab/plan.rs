@@ -169,20 +169,11 @@ fn describe_hook(params: &HookParams) -> String {
     let filter = if params.branch_filter.is_empty() { "all branches".to_owned() } else { params.branch_filter.clone() };
     format!(
         "url={} token={} name={:?} push_events=true ({filter}) tag_push_events={} other events off, enable_ssl_verification=true",
-        redact_hook_path(&params.url),
+        crate::text::redact_hook_path(&params.url),
         params.token,
         params.name,
         params.tag_push_events
     )
-}
-
-/// `url` with the digest after `/hook/` hidden: the path alone lets anyone trigger a sync of a
-/// `generic` registration, so it is as secret as the token.
-fn redact_hook_path(url: &str) -> String {
-    match url.rfind("/hook/") {
-        Some(at) => format!("{}/hook/***", &url[..at]),
-        None => url.to_owned(),
-    }
 }
 
 // === sync ===
