@@ -70,6 +70,15 @@ impl ChildKind {
         matches!(self, ChildKind::TriggerAuthentication | ChildKind::ScaledObject)
     }
 
+    /// Whether a CDTarget may stop rendering a child of this kind (today only KEDA's, when KEDA
+    /// goes away), so that the reconciler deletes one it controls: the only kinds it ever
+    /// deletes, and exactly the kinds the controller's RBAC (`deploy/rbac.yaml`) grants `delete`
+    /// on (`tests/foundation/deploy.rs` checks both ways). A mode that stops rendering another
+    /// kind sets it here and adds `delete` on that kind's resource.
+    pub fn may_be_dropped(self) -> bool {
+        matches!(self, ChildKind::TriggerAuthentication | ChildKind::ScaledObject)
+    }
+
     /// The kind of the table with this `apiVersion` and `kind`, if any.
     pub fn of(api_version: &str, kind: &str) -> Option<ChildKind> {
         ChildKind::ALL.into_iter().find(|k| k.api_version() == api_version && k.kind() == kind)
@@ -213,5 +222,7 @@ mod tests {
         assert_eq!(ChildKind::of("apps/v1", "ScaledObject"), None, "kind and apiVersion go together");
         let keda: Vec<_> = ChildKind::ALL.into_iter().filter(|k| k.needs_keda()).collect();
         assert_eq!(keda, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject]);
+        let droppable: Vec<_> = ChildKind::ALL.into_iter().filter(|k| k.may_be_dropped()).collect();
+        assert_eq!(droppable, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject]);
     }
 }
