@@ -127,19 +127,26 @@ impl Child {
 }
 
 /// The objects rendered for one CDTarget: a list of [`Child`]ren in the order they are applied
-/// ([`ChildKind::ALL`]), at most one of each kind. Built only by the renderer, which always
-/// renders a NetworkPolicy and a Deployment.
+/// ([`ChildKind::ALL`]), at most one of each kind. Built only by the renderer (and unit tests);
+/// nothing that reads them assumes a kind is there: the renderer renders a NetworkPolicy and a
+/// Deployment today, another shape may not.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     list: Vec<Child>,
 }
 
 impl Children {
-    /// The children of `list`, put in the order of application. Only the renderer builds them:
-    /// `list` holds a NetworkPolicy and a Deployment.
+    /// The children of `list`, put in the order of application. Only the renderer builds them.
     pub(super) fn new(mut list: Vec<Child>) -> Self {
         list.sort_by_key(Child::kind);
         Children { list }
+    }
+
+    /// Children of any shape, for the unit tests of what reads them (a shape the renderer does
+    /// not produce yet, such as one without a Deployment).
+    #[cfg(test)]
+    pub(crate) fn of(list: Vec<Child>) -> Self {
+        Children::new(list)
     }
 
     /// Every child, in the order of application.
@@ -167,24 +174,15 @@ impl Children {
         self.list.iter().find(|child| child.kind() == kind)
     }
 
-    /// The egress NetworkPolicy.
-    ///
-    /// # Panics
-    ///
-    /// Never for children of the renderer, which always renders one.
-    pub fn network_policy(&self) -> &NetworkPolicy {
-        let found = self.list.iter().find_map(|c| if let Child::NetworkPolicy(o) = c { Some(o) } else { None });
-        found.expect("the renderer always renders a NetworkPolicy")
+    /// The egress NetworkPolicy, if rendered (today always).
+    pub fn network_policy(&self) -> Option<&NetworkPolicy> {
+        self.list.iter().find_map(|c| if let Child::NetworkPolicy(o) = c { Some(o) } else { None })
     }
 
-    /// The agent Deployment.
-    ///
-    /// # Panics
-    ///
-    /// Never for children of the renderer, which always renders one.
-    pub fn deployment(&self) -> &Deployment {
-        let found = self.list.iter().find_map(|c| if let Child::Deployment(o) = c { Some(o.as_ref()) } else { None });
-        found.expect("the renderer always renders a Deployment")
+    /// The agent Deployment, if rendered (today always; a CDTarget that runs its agents as jobs
+    /// would render none).
+    pub fn deployment(&self) -> Option<&Deployment> {
+        self.list.iter().find_map(|c| if let Child::Deployment(o) = c { Some(o.as_ref()) } else { None })
     }
 
     /// The KEDA ScaledObject (absent when KEDA is not used).
