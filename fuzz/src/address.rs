@@ -123,7 +123,7 @@ fn target(extra: serde_json::Value) -> CDTarget {
 /// canonical, never every address, and reaches no forbidden range in any spelling.
 pub fn assert_egress_within_policy(children: &Children, policy: &Policy, what: &str) {
     let platform: Vec<IpNet> = policy.platform_targets.iter().map(|t| t.cidr).collect();
-    let egress = children.network_policy().spec.as_ref().and_then(|s| s.egress.as_ref());
+    let egress = children.network_policy().expect("a NetworkPolicy").spec.as_ref().and_then(|s| s.egress.as_ref());
     for rule in egress.into_iter().flatten() {
         for peer in rule.to.iter().flatten() {
             let Some(block) = &peer.ip_block else { continue };

@@ -153,8 +153,10 @@ fn check_object(value: &Value) -> (String, String, String) {
 /// own agent pods.
 fn check_children(name: &str, children: &Children) {
     let own = std::collections::BTreeMap::from([(labels::CDTARGET.to_owned(), name.to_owned())]);
-    let mut metadata =
-        vec![("NetworkPolicy", &children.network_policy().metadata), ("Deployment", &children.deployment().metadata)];
+    let mut metadata = vec![
+        ("NetworkPolicy", &children.network_policy().expect("a NetworkPolicy").metadata),
+        ("Deployment", &children.deployment().expect("a Deployment").metadata),
+    ];
     if let Some(auth) = children.trigger_authentication() {
         metadata.push(("TriggerAuthentication", &auth.metadata));
     }
@@ -165,10 +167,11 @@ fn check_children(name: &str, children: &Children) {
         assert_eq!(meta.namespace.as_deref(), Some(NAMESPACE), "{kind} of `{name}` outside the namespace");
         assert_eq!(meta.name.as_deref(), Some(name), "{kind} of `{name}` named otherwise");
     }
-    let policy_selector = children.network_policy().spec.as_ref().and_then(|s| s.pod_selector.as_ref());
+    let policy_selector =
+        children.network_policy().expect("a NetworkPolicy").spec.as_ref().and_then(|s| s.pod_selector.as_ref());
     assert_eq!(policy_selector.and_then(|s| s.match_labels.as_ref()), Some(&own), "egress of `{name}` selects others");
     assert!(policy_selector.is_some_and(|s| s.match_expressions.is_none()), "egress of `{name}` selects by expression");
-    let spec = children.deployment().spec.as_ref().expect("a Deployment has a spec");
+    let spec = children.deployment().expect("a Deployment").spec.as_ref().expect("a Deployment has a spec");
     assert_eq!(spec.selector.match_labels.as_ref(), Some(&own), "Deployment of `{name}` selects others");
     let pod_labels = spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref());
     assert_eq!(

@@ -101,7 +101,7 @@ pub struct CDTargetSpec {
 /// the CRD schema, and the same numbers in validation (`src/render/validate.rs`), which names
 /// the field and the bound. Where Kubernetes has a bound of its own (nameservers, searches), it
 /// is the same.
-pub mod limits {
+pub(crate) mod limits {
     /// `ip` entries.
     pub const IP: usize = 256;
     /// Bytes of one `ip` entry (an expanded IPv6 CIDR with a dotted IPv4 tail takes 49).

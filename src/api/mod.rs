@@ -2,11 +2,11 @@
 //! the cluster admin's policy document, the labels and names shared by every module, and the
 //! vocabulary of conditions and reasons ([`conditions`]).
 
-pub mod cdtarget;
+pub(crate) mod cdtarget;
 pub mod conditions;
 pub mod keda;
 pub mod labels;
-pub mod names;
+pub(crate) mod names;
 pub mod policy;
 pub mod reconcile_request;
 pub mod sync_status;
@@ -18,13 +18,11 @@ pub use sync_status::{SyncStatus, SyncStatusSpec, SyncStatusStatus};
 pub use tenant_repository::{TenantRepository, TenantRepositorySpec, TenantRepositoryStatus};
 
 /// The API group of cdtarget's own kinds.
-pub const GROUP: &str = "cdtarget.io";
-/// The served and stored version of cdtarget's own kinds.
-pub const VERSION: &str = "v1alpha1";
+pub(crate) const GROUP: &str = "cdtarget.io";
 /// `apiVersion` of cdtarget's own kinds.
-pub const API_VERSION: &str = "cdtarget.io/v1alpha1";
+pub(crate) const API_VERSION: &str = "cdtarget.io/v1alpha1";
 /// `apiVersion` of the seed operator's CDTarget, still accepted in tenant repositories.
-pub const LEGACY_API_VERSION: &str = "cnad.gofound.nl/v1alpha1";
+pub(crate) const LEGACY_API_VERSION: &str = "cnad.gofound.nl/v1alpha1";
 /// The field manager of every server-side apply the controller sends as itself (children,
 /// status, the Lease); applies made as a tenant use
 /// [`crate::apply::server_side::TENANT_FIELD_MANAGER`].

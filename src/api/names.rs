@@ -1,13 +1,13 @@
 //! Kubernetes name and label rules, as plain checks returning what would be accepted.
 
 /// Longest DNS-1123 label (and label value, and most child names).
-pub const MAX_LABEL: usize = 63;
+pub(crate) const MAX_LABEL: usize = 63;
 /// Longest DNS-1123 subdomain (most object names).
-pub const MAX_SUBDOMAIN: usize = 253;
+pub(crate) const MAX_SUBDOMAIN: usize = 253;
 
 /// A DNS-1123 label: lowercase letters, digits and `-`, starting and ending alphanumeric,
 /// at most 63 characters.
-pub fn dns1123_label(s: &str) -> Result<(), String> {
+pub(crate) fn dns1123_label(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty; expected a DNS-1123 label such as `my-agents`".into());
     }
@@ -26,7 +26,7 @@ pub fn dns1123_label(s: &str) -> Result<(), String> {
 }
 
 /// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
-pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
+pub(crate) fn dns1123_subdomain(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty; expected a name such as `my-secret`".into());
     }
@@ -50,7 +50,7 @@ pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
 
 /// A label key: an optional DNS-1123 subdomain prefix and `/`, then a name of at most 63
 /// characters of letters, digits, `-`, `_` and `.`, starting and ending alphanumeric.
-pub fn label_key(s: &str) -> Result<(), String> {
+pub(crate) fn label_key(s: &str) -> Result<(), String> {
     let (prefix, name) = match s.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, s),
@@ -68,7 +68,7 @@ pub fn label_key(s: &str) -> Result<(), String> {
 
 /// A label value: empty, or at most 63 letters, digits, `-`, `_` and `.`, starting and ending
 /// alphanumeric.
-pub fn label_value(s: &str) -> Result<(), String> {
+pub(crate) fn label_value(s: &str) -> Result<(), String> {
     if s.is_empty() || (s.len() <= MAX_LABEL && qualified_name_chars(s)) {
         Ok(())
     } else {
@@ -79,11 +79,11 @@ pub fn label_value(s: &str) -> Result<(), String> {
 }
 
 /// Longest kind accepted (the API server holds the lowercased kind to a DNS-1035 label).
-pub const MAX_KIND: usize = 63;
+pub(crate) const MAX_KIND: usize = 63;
 
 /// A named API group (`apps`, `cilium.io`): a DNS-1123 subdomain. The core group is the empty
 /// string, which callers accept or refuse themselves.
-pub fn api_group(s: &str) -> Result<(), String> {
+pub(crate) fn api_group(s: &str) -> Result<(), String> {
     dns1123_subdomain(s).map_err(|_| {
         format!(
             "`{}` is not an API group; expected a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', such as `apps` or `cilium.io`",
@@ -94,7 +94,7 @@ pub fn api_group(s: &str) -> Result<(), String> {
 
 /// An API version (`v1`, `v1beta2`): a DNS-1035 label, as the API server requires of every
 /// served version.
-pub fn api_version(s: &str) -> Result<(), String> {
+pub(crate) fn api_version(s: &str) -> Result<(), String> {
     let bytes = s.as_bytes();
     let ok = !s.is_empty()
         && s.len() <= MAX_LABEL
@@ -113,7 +113,7 @@ pub fn api_version(s: &str) -> Result<(), String> {
 
 /// A kind (`ConfigMap`, `CiliumNetworkPolicy`): an upper-case letter followed by letters and
 /// digits, at most [`MAX_KIND`] characters.
-pub fn kind(s: &str) -> Result<(), String> {
+pub(crate) fn kind(s: &str) -> Result<(), String> {
     let bytes = s.as_bytes();
     let ok = !s.is_empty()
         && s.len() <= MAX_KIND
@@ -130,7 +130,7 @@ pub fn kind(s: &str) -> Result<(), String> {
 }
 
 /// Untrusted text as shown in a message: control characters escaped, at most 64 characters.
-pub fn shown(s: &str) -> String {
+pub(crate) fn shown(s: &str) -> String {
     const MAX_SHOWN: usize = 64;
     let escaped: String = s.chars().take(MAX_SHOWN).flat_map(char::escape_debug).collect();
     if s.chars().nth(MAX_SHOWN).is_some() { format!("{escaped}…") } else { escaped }

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 pub const REQUESTED_AT: &str = "cdtarget.io/requestedAt";
 
 /// The request the object carries, if any.
-pub fn requested_at(meta: &ObjectMeta) -> Option<&str> {
+pub(crate) fn requested_at(meta: &ObjectMeta) -> Option<&str> {
     meta.annotations.as_ref()?.get(REQUESTED_AT).map(String::as_str)
 }
 
@@ -19,14 +19,14 @@ pub fn requested_at(meta: &ObjectMeta) -> Option<&str> {
 /// or failure: the request it carried, or what the status held (a removed annotation leaves the
 /// last handled request in place). Unchanged when the request was already handled, so a poll
 /// writes no status for it.
-pub fn last_handled(meta: &ObjectMeta, previous: Option<&str>) -> Option<String> {
+pub(crate) fn last_handled(meta: &ObjectMeta, previous: Option<&str>) -> Option<String> {
     requested_at(meta).or(previous).map(str::to_owned)
 }
 
 /// Whether the request `requested` was handled, given `status.lastHandledReconcileAt`: it is
 /// that value, or a later request (two RFC 3339 times, the later one handled) took its place
 /// before the controller got to it.
-pub fn is_handled(requested: &str, last_handled: Option<&str>) -> bool {
+pub(crate) fn is_handled(requested: &str, last_handled: Option<&str>) -> bool {
     let Some(handled) = last_handled else { return false };
     if handled == requested {
         return true;

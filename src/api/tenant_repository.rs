@@ -106,7 +106,7 @@ pub fn webhook_path(token: &str, name: &str, namespace: &str) -> String {
 /// --from-file` leave); `None` when empty or not UTF-8. The receiver, `status.webhookPath`, the
 /// GitLab hook and `cdtarget webhook-path` all read the token through this one function, so they
 /// agree on the path.
-pub fn webhook_token(raw: &[u8]) -> Option<&str> {
+pub(crate) fn webhook_token(raw: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(raw).ok()?;
     let text = text.strip_suffix('\n').map_or(text, |t| t.strip_suffix('\r').unwrap_or(t));
     (!text.is_empty()).then_some(text)

@@ -70,6 +70,15 @@ impl ChildKind {
         matches!(self, ChildKind::TriggerAuthentication | ChildKind::ScaledObject)
     }
 
+    /// Whether a CDTarget may stop rendering a child of this kind (today only KEDA's, when KEDA
+    /// goes away), so that the reconciler deletes one it controls: the only kinds it ever
+    /// deletes, and exactly the kinds the controller's RBAC (`deploy/rbac.yaml`) grants `delete`
+    /// on (`tests/foundation/deploy.rs` checks both ways). A mode that stops rendering another
+    /// kind sets it here and adds `delete` on that kind's resource.
+    pub fn may_be_dropped(self) -> bool {
+        matches!(self, ChildKind::TriggerAuthentication | ChildKind::ScaledObject)
+    }
+
     /// The kind of the table with this `apiVersion` and `kind`, if any.
     pub fn of(api_version: &str, kind: &str) -> Option<ChildKind> {
         ChildKind::ALL.into_iter().find(|k| k.api_version() == api_version && k.kind() == kind)
@@ -118,19 +127,26 @@ impl Child {
 }
 
 /// The objects rendered for one CDTarget: a list of [`Child`]ren in the order they are applied
-/// ([`ChildKind::ALL`]), at most one of each kind. Built only by the renderer, which always
-/// renders a NetworkPolicy and a Deployment.
+/// ([`ChildKind::ALL`]), at most one of each kind. Built only by the renderer (and unit tests);
+/// nothing that reads them assumes a kind is there: the renderer renders a NetworkPolicy and a
+/// Deployment today, another shape may not.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     list: Vec<Child>,
 }
 
 impl Children {
-    /// The children of `list`, put in the order of application. Only the renderer builds them:
-    /// `list` holds a NetworkPolicy and a Deployment.
+    /// The children of `list`, put in the order of application. Only the renderer builds them.
     pub(super) fn new(mut list: Vec<Child>) -> Self {
         list.sort_by_key(Child::kind);
         Children { list }
+    }
+
+    /// Children of any shape, for the unit tests of what reads them (a shape the renderer does
+    /// not produce yet, such as one without a Deployment).
+    #[cfg(test)]
+    pub(crate) fn of(list: Vec<Child>) -> Self {
+        Children::new(list)
     }
 
     /// Every child, in the order of application.
@@ -158,24 +174,15 @@ impl Children {
         self.list.iter().find(|child| child.kind() == kind)
     }
 
-    /// The egress NetworkPolicy.
-    ///
-    /// # Panics
-    ///
-    /// Never for children of the renderer, which always renders one.
-    pub fn network_policy(&self) -> &NetworkPolicy {
-        let found = self.list.iter().find_map(|c| if let Child::NetworkPolicy(o) = c { Some(o) } else { None });
-        found.expect("the renderer always renders a NetworkPolicy")
+    /// The egress NetworkPolicy, if rendered (today always).
+    pub fn network_policy(&self) -> Option<&NetworkPolicy> {
+        self.list.iter().find_map(|c| if let Child::NetworkPolicy(o) = c { Some(o) } else { None })
     }
 
-    /// The agent Deployment.
-    ///
-    /// # Panics
-    ///
-    /// Never for children of the renderer, which always renders one.
-    pub fn deployment(&self) -> &Deployment {
-        let found = self.list.iter().find_map(|c| if let Child::Deployment(o) = c { Some(o.as_ref()) } else { None });
-        found.expect("the renderer always renders a Deployment")
+    /// The agent Deployment, if rendered (today always; a CDTarget that runs its agents as jobs
+    /// would render none).
+    pub fn deployment(&self) -> Option<&Deployment> {
+        self.list.iter().find_map(|c| if let Child::Deployment(o) = c { Some(o.as_ref()) } else { None })
     }
 
     /// The KEDA ScaledObject (absent when KEDA is not used).
@@ -213,5 +220,7 @@ mod tests {
         assert_eq!(ChildKind::of("apps/v1", "ScaledObject"), None, "kind and apiVersion go together");
         let keda: Vec<_> = ChildKind::ALL.into_iter().filter(|k| k.needs_keda()).collect();
         assert_eq!(keda, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject]);
+        let droppable: Vec<_> = ChildKind::ALL.into_iter().filter(|k| k.may_be_dropped()).collect();
+        assert_eq!(droppable, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject]);
     }
 }

@@ -19,11 +19,11 @@ use crate::api::labels;
 use crate::policy::Policy;
 
 /// Where the tenant's CA Secret is mounted in the init container.
-pub const TENANT_CA_DIR: &str = "/var/run/cdtarget/tenant-ca";
+pub(crate) const TENANT_CA_DIR: &str = "/var/run/cdtarget/tenant-ca";
 /// Where the combined CA bundle is written and read.
-pub const CA_BUNDLE_DIR: &str = "/var/run/cdtarget/ca-bundle";
+pub(crate) const CA_BUNDLE_DIR: &str = "/var/run/cdtarget/ca-bundle";
 /// The combined CA bundle (system store plus the tenant's CAs).
-pub const CA_BUNDLE_FILE: &str = "/var/run/cdtarget/ca-bundle/ca-certificates.crt";
+pub(crate) const CA_BUNDLE_FILE: &str = "/var/run/cdtarget/ca-bundle/ca-certificates.crt";
 
 /// Proxy variables: (variable, key in the proxy Secret). The agent itself reads `VSTS_HTTP_PROXY*`
 /// and lowercase `http_proxy`/`no_proxy`; child tools read the upper- and lowercase variants;
@@ -58,7 +58,12 @@ for f in /var/run/cdtarget/tenant-ca/*; do [ -f "$f" ] || continue; cat "$f" >> 
 "#;
 
 /// Renders the Deployment named after the CDTarget.
-pub fn deployment(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDigests, scaling: Scaling) -> Deployment {
+pub(crate) fn deployment(
+    valid: &ValidTarget<'_>,
+    policy: &Policy,
+    digests: &SecretDigests,
+    scaling: Scaling,
+) -> Deployment {
     let spec = valid.spec();
     let has_ca = spec.ca_cert_ref.is_some();
     let mut pod_labels = object_labels(valid);
@@ -151,7 +156,7 @@ pub fn deployment(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDige
 }
 
 /// The agent's environment, each name once.
-pub fn environment(valid: &ValidTarget<'_>) -> Vec<EnvVar> {
+pub(crate) fn environment(valid: &ValidTarget<'_>) -> Vec<EnvVar> {
     let spec = valid.spec();
     let config = &spec.config;
     let mut env = vec![value("AZP_URL", &config.url), value("AZP_POOL", &config.pool_name)];

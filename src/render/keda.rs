@@ -10,10 +10,10 @@ use crate::api::keda::{
 };
 
 /// Key of the personal access token in the token Secret.
-pub const TOKEN_KEY: &str = "AZP_TOKEN";
+pub(crate) const TOKEN_KEY: &str = "AZP_TOKEN";
 
 /// Renders the ScaledObject scaling the agent Deployment on the pool's queue.
-pub fn scaled_object(valid: &ValidTarget<'_>) -> ScaledObject {
+pub(crate) fn scaled_object(valid: &ValidTarget<'_>) -> ScaledObject {
     let spec = valid.spec();
     // Rendered defaults first, then the tenant's triggerMeta on top (the seed's convention).
     let mut metadata = BTreeMap::from([
@@ -44,7 +44,7 @@ pub fn scaled_object(valid: &ValidTarget<'_>) -> ScaledObject {
 }
 
 /// Renders the TriggerAuthentication giving the scaler the tenant's token.
-pub fn trigger_authentication(valid: &ValidTarget<'_>) -> TriggerAuthentication {
+pub(crate) fn trigger_authentication(valid: &ValidTarget<'_>) -> TriggerAuthentication {
     let mut object = TriggerAuthentication::new(
         valid.name,
         TriggerAuthenticationSpec {

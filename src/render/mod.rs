@@ -1,13 +1,13 @@
 //! The renderer: CDTarget + policy + referenced-secret digests → the four child objects.
 //!
-//! Pure functions only: no I/O and no client. [`validate()`](fn@validate) checks everything first
-//! and every builder works from the resulting [`ValidTarget`], so rendering itself cannot fail.
+//! Pure functions only: no I/O and no client. `validate()` checks everything first
+//! and every builder works from the resulting `ValidTarget`, so rendering itself cannot fail.
 
-pub mod children;
-pub mod deployment;
-pub mod keda;
-pub mod network_policy;
-pub mod validate;
+pub(crate) mod children;
+pub(crate) mod deployment;
+pub(crate) mod keda;
+pub(crate) mod network_policy;
+pub(crate) mod validate;
 
 use std::collections::BTreeMap;
 
@@ -20,7 +20,7 @@ use crate::api::{CDTarget, labels};
 use crate::policy::Policy;
 use crate::problem::Problem;
 pub use children::{Child, ChildKind, Children};
-pub use validate::{ValidTarget, check_document, validate};
+pub(crate) use validate::{ValidTarget, check_document, validate};
 
 /// How the agents are scaled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub enum Scaling {
     Fixed,
 }
 
-/// Digests (hex SHA-256 of their data, see [`secret_digest`]) of the Secrets a CDTarget
+/// Digests (hex SHA-256 of their data, see `secret_digest`) of the Secrets a CDTarget
 /// references, by Secret name. A missing entry means the content is unknown (offline render).
 pub type SecretDigests = BTreeMap<String, String>;
 
@@ -48,7 +48,12 @@ pub fn render(
 
 /// Renders the children of an already validated CDTarget: a NetworkPolicy and a Deployment,
 /// and with KEDA a TriggerAuthentication and a ScaledObject.
-pub fn children(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDigests, scaling: Scaling) -> Children {
+pub(crate) fn children(
+    valid: &ValidTarget<'_>,
+    policy: &Policy,
+    digests: &SecretDigests,
+    scaling: Scaling,
+) -> Children {
     let mut list = vec![
         Child::NetworkPolicy(network_policy::network_policy(valid, policy)),
         Child::Deployment(Box::new(deployment::deployment(valid, policy, digests, scaling))),
@@ -61,7 +66,7 @@ pub fn children(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDigest
 }
 
 /// Digest of a Secret's data: SHA-256 over its keys and values in key order.
-pub fn secret_digest(data: &BTreeMap<String, ByteString>) -> String {
+pub(crate) fn secret_digest(data: &BTreeMap<String, ByteString>) -> String {
     let mut hasher = Sha256::new();
     for (key, value) in data {
         hasher.update((key.len() as u64).to_be_bytes());
@@ -73,7 +78,7 @@ pub fn secret_digest(data: &BTreeMap<String, ByteString>) -> String {
 }
 
 /// Names of the Secrets the agent pods read, in a fixed order: token, proxy, CA.
-pub fn referenced_secrets(target: &CDTarget) -> Vec<&str> {
+pub(crate) fn referenced_secrets(target: &CDTarget) -> Vec<&str> {
     let spec = &target.spec;
     [Some(&spec.token_ref), spec.proxy_ref.as_ref(), spec.ca_cert_ref.as_ref()]
         .into_iter()
@@ -85,7 +90,7 @@ pub fn referenced_secrets(target: &CDTarget) -> Vec<&str> {
 /// Names of every Secret the agent pods read, in a fixed order, each once: the ones they cannot
 /// start without ([`referenced_secrets`]), then `imagePullSecrets` and
 /// `env[].valueFrom.secretKeyRef` in the order of the spec.
-pub fn rolled_secrets(target: &CDTarget) -> Vec<&str> {
+pub(crate) fn rolled_secrets(target: &CDTarget) -> Vec<&str> {
     let spec = &target.spec;
     let pulled = spec.image_pull_secrets.iter().map(|s| s.name.as_str());
     let env = spec.env.iter().filter_map(|e| Some(e.value_from.as_ref()?.secret_key_ref.as_ref()?.name.as_str()));
@@ -103,7 +108,7 @@ pub fn rolled_secrets(target: &CDTarget) -> Vec<&str> {
 /// Secret the pods may go without (pull, environment) that does not exist counts as `absent`:
 /// when it appears the agents roll too. For a CDTarget that reads only its PAT, proxy and CA the
 /// digest is what it always was.
-pub fn secrets_digest(target: &CDTarget, digests: &SecretDigests) -> String {
+pub(crate) fn secrets_digest(target: &CDTarget, digests: &SecretDigests) -> String {
     let required = referenced_secrets(target);
     let mut hasher = Sha256::new();
     for name in rolled_secrets(target) {
@@ -115,7 +120,7 @@ pub fn secrets_digest(target: &CDTarget, digests: &SecretDigests) -> String {
 }
 
 /// Labels on every rendered object: the tenant's `additionalSelector` plus cdtarget's own.
-pub fn object_labels(valid: &ValidTarget<'_>) -> BTreeMap<String, String> {
+pub(crate) fn object_labels(valid: &ValidTarget<'_>) -> BTreeMap<String, String> {
     let mut labels = valid.spec().additional_selector.clone();
     labels.extend(selector_labels(valid));
     labels.insert(labels::APP_NAME.into(), labels::APP_NAME_VALUE.into());
@@ -127,13 +132,13 @@ pub fn object_labels(valid: &ValidTarget<'_>) -> BTreeMap<String, String> {
 /// The label that selects exactly this CDTarget's agent pods. The selector never includes the
 /// tenant's labels: a Deployment's selector is immutable, and a shared selector would let two
 /// CDTargets select each other's pods (seed defect 21).
-pub fn selector_labels(valid: &ValidTarget<'_>) -> BTreeMap<String, String> {
+pub(crate) fn selector_labels(valid: &ValidTarget<'_>) -> BTreeMap<String, String> {
     BTreeMap::from([(labels::CDTARGET.into(), valid.name.into())])
 }
 
 /// Metadata of a child named `name`: namespace, labels and, when the CDTarget came from the
 /// cluster (it has a uid), a controller owner reference.
-pub fn child_metadata(valid: &ValidTarget<'_>, name: &str) -> ObjectMeta {
+pub(crate) fn child_metadata(valid: &ValidTarget<'_>, name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_owned()),
         namespace: Some(valid.namespace.to_owned()),

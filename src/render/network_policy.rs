@@ -18,7 +18,7 @@ use super::{ValidTarget, child_metadata, selector_labels};
 use crate::policy::{Policy, Port, Protocol, cidr};
 
 /// Renders the NetworkPolicy named after the CDTarget.
-pub fn network_policy(valid: &ValidTarget<'_>, policy: &Policy) -> NetworkPolicy {
+pub(crate) fn network_policy(valid: &ValidTarget<'_>, policy: &Policy) -> NetworkPolicy {
     let mut egress = Vec::new();
     if !valid.destinations.is_empty() && !policy.ports.is_empty() {
         egress.push(rule(ip_peers(&valid.destinations), &policy.ports));
@@ -38,7 +38,7 @@ pub fn network_policy(valid: &ValidTarget<'_>, policy: &Policy) -> NetworkPolicy
 }
 
 /// The ports of the custom nameserver rule: resolv.conf has no port, so a resolver is on 53.
-pub const NAMESERVER_PORTS: [Port; 2] = [
+pub(crate) const NAMESERVER_PORTS: [Port; 2] = [
     Port { protocol: Protocol::Udp, port: 53, end_port: None },
     Port { protocol: Protocol::Tcp, port: 53, end_port: None },
 ];

@@ -20,7 +20,7 @@ use crate::schema_check;
 const MAX_SEARCH_LIST_CHARS: usize = 2048;
 
 /// KEDA derives the HPA name `keda-hpa-<name>` and rejects it past 63 characters.
-pub const MAX_SCALED_OBJECT_NAME: usize = 54;
+pub(crate) const MAX_SCALED_OBJECT_NAME: usize = 54;
 
 /// Trigger metadata keys of KEDA's `azure-pipelines` scaler, and what each accepts.
 const TRIGGER_META: &[(&str, MetaKind)] = &[
@@ -52,7 +52,7 @@ enum MetaKind {
 
 /// A CDTarget that passed every check, with its values parsed.
 #[derive(Clone, Debug)]
-pub struct ValidTarget<'a> {
+pub(crate) struct ValidTarget<'a> {
     /// The CDTarget itself.
     pub target: &'a CDTarget,
     /// Its name.
@@ -78,7 +78,7 @@ impl ValidTarget<'_> {
 }
 
 /// Checks a CDTarget against the policy.
-pub fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<ValidTarget<'a>, Vec<Problem>> {
+pub(crate) fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<ValidTarget<'a>, Vec<Problem>> {
     let mut problems = Problems::default();
     let name = target.metadata.name.as_deref().unwrap_or_default();
     let namespace = target.metadata.namespace.as_deref().unwrap_or_default();
@@ -119,7 +119,7 @@ pub fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<ValidTarget
 
 /// Checks a CDTarget document (any accepted `apiVersion`): its structure against the CRD schema
 /// (unknown fields, wrong types), then every value. Problems of both kinds come back together.
-pub fn check_document(value: &Value, namespace: &str, policy: &Policy) -> Result<CDTarget, Vec<Problem>> {
+pub(crate) fn check_document(value: &Value, namespace: &str, policy: &Policy) -> Result<CDTarget, Vec<Problem>> {
     let mut problems = Vec::new();
     let spec_value = value.get("spec").cloned().unwrap_or(Value::Object(Default::default()));
     let schema = spec_schema();

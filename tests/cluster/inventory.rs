@@ -3,7 +3,8 @@
 //! reported uninstalled while its CRDs stay, so that objects of its kinds can still exist), its
 //! ScaledObject and TriggerAuthentication are deleted, while a tenant's ScaledObject its
 //! inventory was tampered to name, and a tenant's ScaledObject named like a CDTarget from before
-//! the inventory, are left alone.
+//! the inventory, are left alone; the KEDA children of a CDTarget from before the inventory that
+//! does control them are found by its name and deleted.
 //!
 //! The reconciles run in the test process, as the controller's ServiceAccount (the RBAC of
 //! `deploy/rbac.yaml`; only the policy ConfigMap, which the controller watches, is read as the
@@ -103,6 +104,15 @@ async fn keda_children_no_longer_rendered_are_deleted_and_a_tenants_objects_neve
     let status = serde_json::json!({"status": {"inventory": tampered}});
     targets.patch_status("agents", &PatchParams::default(), &Patch::Merge(&status)).await.expect("tamper");
 
+    // A CDTarget from before the inventory that does own its KEDA children: applied with KEDA,
+    // then its inventory removed, as a CDTarget written by a version without one.
+    targets.create(&post, &target(&ns, "owned")).await.expect("create the CDTarget");
+    reconciled("owned").await;
+    assert!(scaled_objects.get_opt("owned").await.expect("get").is_some(), "the ScaledObject child");
+    let forget = serde_json::json!({"status": {"inventory": null}});
+    targets.patch_status("owned", &PatchParams::default(), &Patch::Merge(&forget)).await.expect("forget");
+    assert_eq!(inventory(&targets, "owned").await, None);
+
     // A CDTarget from before the inventory (none in its status) and a tenant's ScaledObject with
     // its name, made while KEDA is not rendered for.
     keda.set(false);
@@ -119,11 +129,15 @@ async fn keda_children_no_longer_rendered_are_deleted_and_a_tenants_objects_neve
     assert!(deployments.get_opt("agents").await.expect("get").is_some(), "the Deployment is still rendered");
     assert!(scaled_objects.get_opt("intruder").await.expect("get").is_some(), "a tampered entry deletes nothing");
     assert!(scaled_objects.get_opt("legacy").await.expect("get").is_some(), "a same-named foreign object stays");
+    reconciled("owned").await;
+    assert!(scaled_objects.get_opt("owned").await.expect("get").is_none(), "found by name, owned: deleted");
+    assert!(trigger_authentications.get_opt("owned").await.expect("get").is_none(), "the TriggerAuthentication too");
     let kinds = |entries: Option<Vec<ChildReference>>| -> Vec<String> {
         entries.expect("status.inventory").into_iter().map(|entry| format!("{} {}", entry.kind, entry.name)).collect()
     };
     assert_eq!(kinds(inventory(&targets, "agents").await), ["NetworkPolicy agents", "Deployment agents"]);
     assert_eq!(kinds(inventory(&targets, "legacy").await), ["NetworkPolicy legacy", "Deployment legacy"]);
+    assert_eq!(kinds(inventory(&targets, "owned").await), ["NetworkPolicy owned", "Deployment owned"]);
 
     // Nothing else was deleted: once more, nothing to delete.
     reconciled("agents").await;

@@ -25,7 +25,7 @@ fn render_default(extra: &str) -> Children {
 }
 
 fn egress(children: &Children) -> Vec<NetworkPolicyEgressRule> {
-    children.network_policy().spec.as_ref().unwrap().egress.clone().unwrap()
+    children.network_policy().expect("a NetworkPolicy").spec.as_ref().unwrap().egress.clone().unwrap()
 }
 
 fn cidrs(rule: &NetworkPolicyEgressRule) -> Vec<String> {
@@ -48,7 +48,8 @@ fn tenant_rule(children: &Children) -> Option<NetworkPolicyEgressRule> {
 }
 
 fn agent(children: &Children) -> Container {
-    children.deployment().spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].clone()
+    children.deployment().expect("a Deployment").spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+        .clone()
 }
 
 fn env(children: &Children) -> Vec<EnvVar> {
@@ -82,7 +83,7 @@ fn defect_03_ports_carry_one_protocol_tcp_by_default() {
 
 #[test]
 fn defect_04_policy_types_is_egress_only() {
-    let spec = render_default("").network_policy().spec.clone().unwrap();
+    let spec = render_default("").network_policy().expect("a NetworkPolicy").spec.clone().unwrap();
     assert_eq!(spec.policy_types.unwrap(), ["Egress"]);
     assert!(spec.ingress.is_none());
 }
@@ -165,9 +166,9 @@ fn defect_08_ports_list_is_trimmed_and_rejected_whole_on_a_bad_line() {
 fn defect_10_replicas_are_left_to_keda_and_set_without_it() {
     let target = cdtarget(&doc("agents", "  minReplicaCount: 2\n  maxReplicaCount: 4\n"), &Policy::default());
     let with_keda = render::render(&target, &Policy::default(), &SecretDigests::new(), Scaling::Keda).unwrap();
-    assert_eq!(with_keda.deployment().spec.clone().unwrap().replicas, None);
+    assert_eq!(with_keda.deployment().expect("a Deployment").spec.clone().unwrap().replicas, None);
     let without = render::render(&target, &Policy::default(), &SecretDigests::new(), Scaling::Fixed).unwrap();
-    assert_eq!(without.deployment().spec.clone().unwrap().replicas, Some(2));
+    assert_eq!(without.deployment().expect("a Deployment").spec.clone().unwrap().replicas, Some(2));
     assert!(without.scaled_object().is_none() && without.trigger_authentication().is_none());
 }
 
@@ -204,7 +205,7 @@ fn defect_12_each_env_name_appears_once_and_tenant_values_win() {
 #[test]
 fn defect_13_ca_bundle_is_built_without_root_or_post_start() {
     let children = render_default("  caCertRef: corp.ca\n");
-    let pod = children.deployment().spec.clone().unwrap().template.spec.unwrap();
+    let pod = children.deployment().expect("a Deployment").spec.clone().unwrap().template.spec.unwrap();
     assert!(pod.containers[0].lifecycle.is_none(), "no postStart hook");
     let init = &pod.init_containers.unwrap()[0];
     assert_eq!(init.security_context.as_ref().unwrap().run_as_non_root, Some(true));
@@ -241,7 +242,7 @@ fn defect_15_one_trigger_authentication_per_cdtarget_named_after_it() {
 
 #[test]
 fn defect_19_agents_run_restricted_without_a_service_account_token() {
-    let pod = render_default("").deployment().spec.clone().unwrap().template.spec.unwrap();
+    let pod = render_default("").deployment().expect("a Deployment").spec.clone().unwrap().template.spec.unwrap();
     assert_eq!(pod.automount_service_account_token, Some(false));
     let pod_context = pod.security_context.unwrap();
     assert_eq!(pod_context.run_as_non_root, Some(true));
@@ -254,12 +255,20 @@ fn defect_19_agents_run_restricted_without_a_service_account_token() {
 
 #[test]
 fn defect_20_grace_period_comes_from_the_policy() {
-    let pod = render_default("").deployment().spec.clone().unwrap().template.spec.unwrap();
+    let pod = render_default("").deployment().expect("a Deployment").spec.clone().unwrap().template.spec.unwrap();
     assert_eq!(pod.termination_grace_period_seconds, Some(3600));
     let mut document = PolicyDocument::default();
     document.agents.termination_grace_period_seconds = 7200;
     let policy = policy::from_document(&document).unwrap();
-    let pod = children(&doc("agents", ""), &policy).deployment().spec.clone().unwrap().template.spec.unwrap();
+    let pod = children(&doc("agents", ""), &policy)
+        .deployment()
+        .expect("a Deployment")
+        .spec
+        .clone()
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
     assert_eq!(pod.termination_grace_period_seconds, Some(7200));
 }
 
@@ -268,10 +277,21 @@ fn defect_21_two_cdtargets_with_the_same_selector_never_select_each_others_pods(
     let shared = "  additionalSelector:\n    app: agents\n";
     let a = children(&doc("team-a", shared), &Policy::default());
     let b = children(&doc("team-b", shared), &Policy::default());
-    let selector =
-        |c: &Children| c.network_policy().spec.as_ref().unwrap().pod_selector.clone().unwrap().match_labels.unwrap();
-    let pod_labels =
-        |c: &Children| c.deployment().spec.as_ref().unwrap().template.metadata.clone().unwrap().labels.unwrap();
+    let selector = |c: &Children| {
+        c.network_policy()
+            .expect("a NetworkPolicy")
+            .spec
+            .as_ref()
+            .unwrap()
+            .pod_selector
+            .clone()
+            .unwrap()
+            .match_labels
+            .unwrap()
+    };
+    let pod_labels = |c: &Children| {
+        c.deployment().expect("a Deployment").spec.as_ref().unwrap().template.metadata.clone().unwrap().labels.unwrap()
+    };
     let selects = |sel: &std::collections::BTreeMap<String, String>,
                    labels: &std::collections::BTreeMap<String, String>| {
         sel.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -289,8 +309,8 @@ fn defect_22_every_child_is_owned_by_its_cdtarget() {
     target.metadata.uid = Some("3f2c1d7e-0000-4000-8000-000000000001".into());
     let children = render::render(&target, &Policy::default(), &SecretDigests::new(), Scaling::Keda).unwrap();
     let owners = [
-        children.network_policy().metadata.owner_references.clone(),
-        children.deployment().metadata.owner_references.clone(),
+        children.network_policy().expect("a NetworkPolicy").metadata.owner_references.clone(),
+        children.deployment().expect("a Deployment").metadata.owner_references.clone(),
         children.scaled_object().unwrap().metadata.owner_references.clone(),
         children.trigger_authentication().unwrap().metadata.owner_references.clone(),
     ];
@@ -299,7 +319,7 @@ fn defect_22_every_child_is_owned_by_its_cdtarget() {
         assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("CDTarget", "agents", Some(true)));
         assert_eq!(owner.api_version, "cdtarget.io/v1alpha1");
     }
-    assert_eq!(children.network_policy().metadata.namespace.as_deref(), Some(NAMESPACE));
+    assert_eq!(children.network_policy().expect("a NetworkPolicy").metadata.namespace.as_deref(), Some(NAMESPACE));
 }
 
 #[test]
@@ -330,7 +350,17 @@ fn rotated_secret_changes_the_pod_template_digest() {
         let digests =
             SecretDigests::from([("azp-token".to_owned(), token.to_owned()), ("proxy".to_owned(), "p".to_owned())]);
         let children = render::render(&target, &Policy::default(), &digests, Scaling::Keda).unwrap();
-        children.deployment().spec.clone().unwrap().template.metadata.unwrap().annotations.unwrap()["cdtarget.io/secrets-digest"]
+        children
+            .deployment()
+            .expect("a Deployment")
+            .spec
+            .clone()
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()["cdtarget.io/secrets-digest"]
             .clone()
     };
     assert_ne!(digest_with("old"), digest_with("new"));

@@ -417,6 +417,47 @@ fn the_example_tenant_namespace_refuses_service_account_token_secrets_and_pods_a
     }
 }
 
+/// The controller deletes a child only of a kind a CDTarget may stop rendering
+/// (`ChildKind::may_be_dropped`, src/controller/cdtarget/inventory.rs): its RBAC grants `delete`
+/// on exactly those kinds' resources among the child kinds' (other resources, SyncStatuses, have
+/// their own reasons). A kind it would delete without the right fails every reconcile of a
+/// CDTarget that dropped it (403); a right without the kind is a privilege nothing uses. The
+/// chart's RBAC is the same file (`charts/cdtarget/files/rbac.yaml` links to it; tests/chart
+/// checks the packaged copy), read here through the link too.
+#[test]
+fn the_controller_may_delete_exactly_the_child_kinds_a_cdtarget_may_stop_rendering() {
+    use std::collections::BTreeSet;
+
+    use cdtarget::render::ChildKind;
+
+    let resource = |kind: ChildKind| {
+        let resource = kind.resource();
+        (resource.group, resource.plural)
+    };
+    let children: BTreeSet<(String, String)> = ChildKind::ALL.into_iter().map(resource).collect();
+    let droppable: BTreeSet<(String, String)> =
+        ChildKind::ALL.into_iter().filter(|kind| kind.may_be_dropped()).map(resource).collect();
+    assert!(!droppable.is_empty() && droppable.len() < children.len(), "{droppable:?}");
+    for file in ["deploy/rbac.yaml", "charts/cdtarget/files/rbac.yaml"] {
+        let mut deletable = BTreeSet::new();
+        for (role, rule) in rules(&[file]) {
+            let verbs = strings(&rule["verbs"]);
+            for group in strings(&rule["apiGroups"]) {
+                for name in strings(&rule["resources"]) {
+                    let child = (group.to_owned(), name.to_owned());
+                    if children.contains(&child) {
+                        assert!(verbs.contains(&"get"), "{role}: a child kind is read before it is written: {rule}");
+                        if verbs.contains(&"delete") {
+                            deletable.insert(child);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(deletable, droppable, "{file}: `delete` on child kinds");
+    }
+}
+
 #[test]
 fn the_controller_may_ask_subject_access_reviews_and_nothing_else_of_that_group() {
     let cluster_role = find("deploy/rbac.yaml", "ClusterRole", "cdtarget-controller");

@@ -36,7 +36,10 @@ fn the_openshift_example_opens_the_dns_pods_on_5353() {
     let policy = policy::parse(&block, "docs/policy.md").expect("the OpenShift example parses");
     let target = support::cdtarget(&valid_plus(""), &policy);
     let children = render::render(&target, &policy, &SecretDigests::new(), Scaling::Keda).expect("renders");
-    insta::assert_snapshot!("openshift__NetworkPolicy", cdtarget::yaml::to_yaml(children.network_policy()));
+    insta::assert_snapshot!(
+        "openshift__NetworkPolicy",
+        cdtarget::yaml::to_yaml(children.network_policy().expect("a NetworkPolicy"))
+    );
 }
 
 // === which CDTargets could resolve a name ===
@@ -120,7 +123,13 @@ fn check(policy: &Policy, yaml: &str, outcome: &Outcome) -> Result<(), String> {
             let target = set.cdtargets().next().expect("one CDTarget");
             let children = render::render(target, policy, &SecretDigests::new(), Scaling::Keda)
                 .map_err(|p| format!("does not render: {p:#?}"))?;
-            let rules = children.network_policy().spec.clone().and_then(|s| s.egress).unwrap_or_default();
+            let rules = children
+                .network_policy()
+                .expect("a NetworkPolicy")
+                .spec
+                .clone()
+                .and_then(|s| s.egress)
+                .unwrap_or_default();
             let found = (rules.iter().any(is_cluster_dns), nameserver_blocks(&rules));
             let expected = (*cluster_dns, nameservers.iter().map(|n| (*n).to_owned()).collect());
             if found == expected { Ok(()) } else { Err(format!("rendered {found:?}, expected {expected:?}")) }

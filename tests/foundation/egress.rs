@@ -603,7 +603,7 @@ fn tunnel_addresses_of_allowed_ipv4_addresses_are_rendered_as_written() {
     // 6to4 of 203.0.113.7, and Teredo with server 203.0.113.7 and client 11.0.0.7.
     let yaml = with_ips(r#"["2002:CB00:7107::1", "2001:0:cb00:7107:8000:0:f4ff:fff8"]"#);
     let children = support::children(&yaml, &example_policy());
-    let rules = children.network_policy().spec.clone().unwrap().egress.unwrap();
+    let rules = children.network_policy().expect("a NetworkPolicy").spec.clone().unwrap().egress.unwrap();
     let blocks: Vec<&str> =
         rules[0].to.iter().flatten().filter_map(|p| p.ip_block.as_ref()).map(|b| b.cidr.as_str()).collect();
     assert_eq!(blocks, ["2002:cb00:7107::1/128", "2001:0:cb00:7107:8000:0:f4ff:fff8/128"]);
@@ -669,11 +669,11 @@ fn rendered_nameservers_are_the_checked_canonical_addresses_each_once() {
     let policy = nameservers_allowed();
     let target = support::cdtarget(&yaml, &policy);
     let children = render::render(&target, &policy, &SecretDigests::new(), Scaling::Keda).expect("renders");
-    let pod = children.deployment().spec.clone().unwrap().template.spec.unwrap();
+    let pod = children.deployment().expect("a Deployment").spec.clone().unwrap().template.spec.unwrap();
     let dns = pod.dns_config.expect("dnsConfig");
     assert_eq!(dns.nameservers.unwrap(), ["2001:db8::53", "10.53.0.10"]);
     assert_eq!(dns.searches.unwrap(), ["corp.example"]);
-    let rules = children.network_policy().spec.clone().unwrap().egress.unwrap();
+    let rules = children.network_policy().expect("a NetworkPolicy").spec.clone().unwrap().egress.unwrap();
     let blocks: Vec<String> = rules
         .iter()
         .flat_map(|r| r.to.iter().flatten())

@@ -375,7 +375,7 @@ fn render_network_policy(input: &PolicyInput, ips: Vec<String>) -> NetworkPolicy
     let children = render::render(&CDTarget::test().with_ips(ips), &policy, &SecretDigests::new(), Scaling::Keda)
         .unwrap_or_else(|p| panic!("does not render: {p:#?}"));
     assert!(children.scaled_object().is_some() && children.trigger_authentication().is_some());
-    children.network_policy().clone()
+    children.network_policy().expect("a NetworkPolicy").clone()
 }
 
 type PortKey = (String, i32, Option<i32>);

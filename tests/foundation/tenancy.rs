@@ -151,8 +151,9 @@ fn every_label_the_agents_are_selected_by_is_one_tenants_may_not_set() {
     // With additionalSelector set, to show tenant-chosen labels never join the selector.
     let text = VALID_CDTARGET.replace("spec:\n", "spec:\n  additionalSelector: {team: a}\n");
     let children = support::children(&text, &support::example_policy());
-    let selected_by_policy = children.network_policy().spec.as_ref().and_then(|s| s.pod_selector.as_ref());
-    let selected_by_deployment = children.deployment().spec.as_ref().map(|s| &s.selector);
+    let selected_by_policy =
+        children.network_policy().expect("a NetworkPolicy").spec.as_ref().and_then(|s| s.pod_selector.as_ref());
+    let selected_by_deployment = children.deployment().expect("a Deployment").spec.as_ref().map(|s| &s.selector);
     for selector in [selected_by_policy, selected_by_deployment] {
         let selector = selector.expect("a selector");
         assert!(selector.match_expressions.is_none(), "{selector:?}");

@@ -16,8 +16,9 @@ use crate::controller::WAIT_RETRY;
 /// The agents' children as read by this reconcile.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {
-    /// `namespace/name` of the Deployment (for messages).
-    pub deployment_name: String,
+    /// `namespace/name` of the rendered Deployment (for messages); `None` when the render holds
+    /// no Deployment.
+    pub deployment_name: Option<String>,
     /// The live Deployment (`None`: it did not exist when read).
     pub deployment: Option<Value>,
     /// The live ScaledObject (`None`: not read, or it did not exist).
@@ -65,8 +66,14 @@ pub enum Agents {
 /// `minReplicaCount: 0` (a pool scaled to zero behind a placeholder agent) wants no agent: the
 /// Deployment counts once it has observed its template, the ScaledObject (with KEDA) still has
 /// to be Ready.
+///
+/// A render without a Deployment (no long-running agents to count) is judged by its children
+/// being applied alone: `Available`, saying so. The ScaledObject is judged with the Deployment it
+/// scales; a shape that runs its agents otherwise brings the check of its own workload.
 pub fn health(observed: &Observed, min_replicas: i32, keda: bool) -> Agents {
-    let name = &observed.deployment_name;
+    let Some(name) = observed.deployment_name.as_deref() else {
+        return Agents::Available("no agent Deployment is rendered, so no agent is counted".into());
+    };
     let waiting = |reason, message: String| Agents::Waiting { reason, message };
     if observed.written {
         return waiting(
@@ -205,7 +212,16 @@ mod tests {
     }
 
     fn observed(deployment: Option<Value>, scaled: Option<Value>) -> Observed {
-        Observed { deployment_name: "team-a/agents".into(), deployment, scaled_object: scaled, written: false }
+        Observed { deployment_name: Some("team-a/agents".into()), deployment, scaled_object: scaled, written: false }
+    }
+
+    #[test]
+    fn without_a_deployment_rendered_the_applied_children_alone_decide() {
+        let none = Observed { deployment_name: None, ..Observed::default() };
+        let expected = Agents::Available("no agent Deployment is rendered, so no agent is counted".into());
+        assert_eq!(health(&none, 1, false), expected);
+        let written = Observed { written: true, ..none };
+        assert_eq!(health(&written, 0, false), expected);
     }
 
     #[test]

@@ -101,10 +101,12 @@ pub fn decide(
     Decision { health, applied, requeue, rendered, inventory }
 }
 
-/// `minReplicaCount` as rendered: the ScaledObject's with KEDA, else the Deployment's replicas.
+/// `minReplicaCount` as rendered: the ScaledObject's with KEDA, else the Deployment's replicas,
+/// else (neither says) 1.
 fn min_replicas(children: &Children) -> i32 {
     let scaled = children.scaled_object().and_then(|s| s.spec.min_replica_count);
-    scaled.or_else(|| children.deployment().spec.as_ref().and_then(|s| s.replicas)).unwrap_or(1)
+    let replicas = || children.deployment().and_then(|d| d.spec.as_ref()).and_then(|s| s.replicas);
+    scaled.or_else(replicas).unwrap_or(1)
 }
 
 #[cfg(test)]
@@ -153,8 +155,12 @@ mod tests {
     }
 
     fn written(deployment: Option<Value>, scaled_object: Option<Value>) -> Written {
-        let agents =
-            agents::Observed { deployment_name: "team-a/agents".into(), deployment, scaled_object, written: false };
+        let agents = agents::Observed {
+            deployment_name: Some("team-a/agents".into()),
+            deployment,
+            scaled_object,
+            written: false,
+        };
         Written::Children(Applied { agents, inventory: Vec::new() })
     }
 
@@ -265,5 +271,25 @@ mod tests {
         let decision = decide(&target, plan, Ok(&Written::Nothing), ALL_WATCHED, NOW);
         assert_eq!((decision.health, decision.requeue), (expected, WAIT_RETRY));
         assert_eq!(decision.inventory, Some(inventory));
+    }
+
+    #[test]
+    fn a_render_without_a_deployment_is_ready_from_its_applied_children_and_never_panics() {
+        // A shape the renderer does not produce yet: the agents are not a Deployment.
+        let target = target();
+        let mut plan = planned(&target, false);
+        let rendered = plan.children.take().expect("children");
+        let others = rendered.iter().filter(|c| c.kind() != crate::render::ChildKind::Deployment).cloned();
+        let children = Children::of(others.collect());
+        assert!(children.deployment().is_none() && children.network_policy().is_some());
+        assert_eq!(min_replicas(&children), 1, "nothing says otherwise");
+        let no_deployment_watch = AgentWatches { deployments: false, scaled_objects: false };
+        assert!(no_deployment_watch.cover(&children), "no Deployment to watch");
+        plan.children = Some(children);
+        let done = Written::Children(Applied { agents: agents::Observed::default(), inventory: Vec::new() });
+        let decision = decide(&target, plan, Ok(&done), no_deployment_watch, NOW);
+        let Health::Ready { message, .. } = &decision.health else { panic!("{:?}", decision.health) };
+        assert!(message.starts_with("no agent Deployment is rendered"), "{message}");
+        assert_eq!(decision.requeue, RESYNC);
     }
 }

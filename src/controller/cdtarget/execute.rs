@@ -71,7 +71,9 @@ pub async fn write_children(
     };
     let live = |kind: ChildKind| observed.iter().find(|o| o.kind == kind.kind()).and_then(|o| o.live.clone());
     let mut agents = agents::Observed {
-        deployment_name: format!("{namespace}/{}", children.deployment().metadata.name.as_deref().unwrap_or_default()),
+        deployment_name: children
+            .deployment()
+            .map(|d| format!("{namespace}/{}", d.metadata.name.as_deref().unwrap_or_default())),
         deployment: live(ChildKind::Deployment),
         scaled_object: live(ChildKind::ScaledObject),
         written: false,

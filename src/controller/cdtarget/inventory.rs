@@ -8,9 +8,13 @@
 //! to delete. A foreign object of that kind and name (one a tenant created, another CDTarget's
 //! child, an object without owner) is left alone and not reported.
 //!
+//! Only kinds a CDTarget may stop rendering are ever looked up ([`ChildKind::may_be_dropped`]:
+//! the kinds the controller's RBAC may delete), and at most [`MOST_DROPPED`] children per
+//! reconcile, whatever the inventory holds.
+//!
 //! A CDTarget whose children were written before the inventory existed has none: then every
-//! kind of the table ([`ChildKind::ALL`]) named after the CDTarget that the render does not hold
-//! is looked up instead (children have always been named after their CDTarget), with the same
+//! such kind of the table named after the CDTarget that the render does not hold is looked up
+//! instead (children have always been named after their CDTarget), with the same
 //! owner rule. Once the children are written, the inventory is recorded and used from then on.
 //!
 //! Pure functions over what was read; [`super::execute`] does the reads and the deletions.
@@ -50,25 +54,32 @@ pub fn reference(kind: ChildKind, name: &str) -> ChildReference {
     ChildReference { api_version: kind.api_version().to_owned(), kind: kind.kind().to_owned(), name: name.to_owned() }
 }
 
-/// The children to look up: each entry of `inventory` whose `apiVersion` and `kind` are in the
-/// table and whose name is an object name (so it can only mean an object of the CDTarget's
-/// namespace), that `rendered` no longer holds. `None` (a CDTarget from before the inventory):
-/// every kind of the table named `target_name` that `rendered` does not hold. Each child once,
-/// in the order of the inventory (then the table).
+/// The most children [`dropped`] returns, and so the most reads a reconcile makes for children
+/// no longer rendered: one per kind of the table. A CDTarget renders at most one child of each
+/// kind, so an inventory it recorded never needs more; one tampered with (thousands of entries,
+/// or one entry repeated) costs no more than this many reads per reconcile.
+pub const MOST_DROPPED: usize = ChildKind::ALL.len();
+
+/// The children to look up: each entry of `inventory` whose `apiVersion` and `kind` are a kind
+/// of the table a CDTarget may stop rendering ([`ChildKind::may_be_dropped`]: the only kinds the
+/// controller may delete) and whose name is an object name (so it can only mean an object of the
+/// CDTarget's namespace), that `rendered` no longer holds. `None` (a CDTarget from before the
+/// inventory): every such kind named `target_name` that `rendered` does not hold. Each child
+/// once, in the order of the inventory (then the table), at most [`MOST_DROPPED`] of them.
 pub fn dropped(inventory: Option<&[ChildReference]>, target_name: &str, rendered: &Children) -> Vec<Dropped> {
-    let candidates: Vec<Dropped> = match inventory {
-        Some(entries) => entries
-            .iter()
-            .filter_map(|entry| {
-                let kind = ChildKind::of(&entry.api_version, &entry.kind)?;
-                names::dns1123_subdomain(&entry.name).ok()?;
-                Some(Dropped { kind, name: entry.name.clone() })
-            })
-            .collect(),
-        None => ChildKind::ALL.into_iter().map(|kind| Dropped { kind, name: target_name.to_owned() }).collect(),
+    let candidates: Box<dyn Iterator<Item = Dropped> + '_> = match inventory {
+        Some(entries) => Box::new(entries.iter().filter_map(|entry| {
+            let kind = ChildKind::of(&entry.api_version, &entry.kind)?;
+            names::dns1123_subdomain(&entry.name).ok()?;
+            Some(Dropped { kind, name: entry.name.clone() })
+        })),
+        None => Box::new(ChildKind::ALL.into_iter().map(|kind| Dropped { kind, name: target_name.to_owned() })),
     };
     let mut dropped: Vec<Dropped> = Vec::new();
-    for candidate in candidates {
+    for candidate in candidates.filter(|candidate| candidate.kind.may_be_dropped()) {
+        if dropped.len() == MOST_DROPPED {
+            break;
+        }
         if !rendered.contains(candidate.kind, &candidate.name) && !dropped.contains(&candidate) {
             dropped.push(candidate);
         }
@@ -228,12 +239,49 @@ mod tests {
     fn an_inventory_entry_tampered_to_point_at_another_object_deletes_nothing() {
         // The status names another CDTarget's child (same kind, another name): it is looked up,
         // and its owner stops it.
-        let tampered =
-            [ChildReference { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "team-b-agents".into() }];
+        let tampered = [ChildReference {
+            api_version: "keda.sh/v1alpha1".into(),
+            kind: "ScaledObject".into(),
+            name: "team-b-agents".into(),
+        }];
         let dropped = dropped(Some(&tampered), &name(), &rendered(Scaling::Keda));
-        assert_eq!(dropped, [Dropped { kind: ChildKind::Deployment, name: "team-b-agents".into() }]);
+        assert_eq!(dropped, [Dropped { kind: ChildKind::ScaledObject, name: "team-b-agents".into() }]);
         let found: Vec<_> = dropped.into_iter().map(|d| (d, live(Some("uid-of-team-b"), true))).collect();
         assert!(deletions(&found, Some(UID)).is_empty());
+    }
+
+    #[test]
+    fn kinds_a_cdtarget_never_stops_rendering_are_never_looked_up() {
+        // Not even a Deployment or NetworkPolicy this CDTarget controls: the controller may not
+        // delete them (deploy/rbac.yaml), and a refused deletion would fail every reconcile.
+        let entries = [
+            ChildReference { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "old-agents".into() },
+            ChildReference {
+                api_version: "networking.k8s.io/v1".into(),
+                kind: "NetworkPolicy".into(),
+                name: "old-agents".into(),
+            },
+        ];
+        assert!(dropped(Some(&entries), &name(), &rendered(Scaling::Keda)).is_empty());
+        let fallback: Vec<ChildKind> =
+            dropped(None, "renamed", &rendered(Scaling::Keda)).iter().map(|d| d.kind).collect();
+        assert_eq!(fallback, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject], "only the droppable kinds");
+    }
+
+    #[test]
+    fn a_tampered_inventory_costs_at_most_one_read_per_kind_whatever_it_holds() {
+        // Ten thousand distinct entries, and one entry repeated ten thousand times.
+        let entry =
+            |name: String| ChildReference { api_version: "keda.sh/v1alpha1".into(), kind: "ScaledObject".into(), name };
+        let many: Vec<ChildReference> = (0..10_000).map(|i| entry(format!("agents-{i}"))).collect();
+        let looked_up = dropped(Some(&many), &name(), &rendered(Scaling::Fixed));
+        assert_eq!(looked_up.len(), MOST_DROPPED);
+        assert_eq!(looked_up[0], Dropped { kind: ChildKind::ScaledObject, name: "agents-0".into() }, "in order");
+        let repeated = vec![entry("agents".into()); 10_000];
+        let looked_up = dropped(Some(&repeated), &name(), &rendered(Scaling::Fixed));
+        assert_eq!(looked_up, [Dropped { kind: ChildKind::ScaledObject, name: "agents".into() }], "each child once");
+        // The children a legitimate inventory holds still fit.
+        assert!(recorded(&rendered(Scaling::Keda)).len() <= MOST_DROPPED);
     }
 
     #[test]

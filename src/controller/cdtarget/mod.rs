@@ -96,7 +96,8 @@ pub struct AgentWatches {
 impl AgentWatches {
     /// Whether a change of every object the agents of `children` are judged by is watched.
     pub fn cover(&self, children: &crate::render::Children) -> bool {
-        self.deployments && (children.scaled_object().is_none() || self.scaled_objects)
+        (children.deployment().is_none() || self.deployments)
+            && (children.scaled_object().is_none() || self.scaled_objects)
     }
 }
 

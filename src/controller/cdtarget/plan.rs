@@ -83,8 +83,8 @@ pub fn plan(
     let scaling = if keda { Scaling::Keda } else { Scaling::Fixed };
     let children = render::children(&valid, policy, &digests, scaling);
     let rendered = RenderedSummary {
-        network_policy: children.network_policy().name_any(),
-        deployment: children.deployment().name_any(),
+        network_policy: children.network_policy().map(ResourceExt::name_any).unwrap_or_default(),
+        deployment: children.deployment().map(ResourceExt::name_any).unwrap_or_default(),
         scaled_object: children.scaled_object().map(ResourceExt::name_any),
         trigger_authentication: children.trigger_authentication().map(ResourceExt::name_any),
         destinations: valid.destinations.iter().map(ToString::to_string).collect(),
