@@ -16,8 +16,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::execute::Written;
 use super::plan::Plan;
-use super::{AgentWatches, Error, REASON_API_ERROR, REASON_NAME_CONFLICT, REASON_ROLLOUT_FAILED, SCHEDULE};
+use super::{AgentWatches, Error, SCHEDULE};
 use super::{STALLED_RESYNC, agents, children, inventory};
+use crate::api::conditions::{REASON_API_ERROR, REASON_NAME_CONFLICT, REASON_ROLLOUT_FAILED};
 use crate::api::{CDTarget, ChildReference, RenderedSummary};
 use crate::controller::conditions::Health;
 use crate::error::Classify;

@@ -36,12 +36,6 @@ use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
 use crate::api::CDTarget;
-// The condition vocabulary is the API's; the steps below name it as `super::REASON_…`.
-use crate::api::conditions::{
-    APPLIED, REASON_API_ERROR, REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY,
-    REASON_INVALID_SPEC, REASON_KEDA_NOT_INSTALLED, REASON_NAME_CONFLICT, REASON_ROLLOUT_FAILED,
-    REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
-};
 use crate::apply::WriteError;
 use crate::controller::frame::{Frame, Framed};
 use crate::error::{Class, Classify, Schedule};

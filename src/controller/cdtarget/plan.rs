@@ -9,9 +9,10 @@ use k8s_openapi::ByteString;
 use kube::ResourceExt;
 
 use super::borrowed::{self, Refusal};
-use super::{
+use super::{STALLED_RESYNC, WAIT_RETRY};
+use crate::api::conditions::{
     REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY, REASON_INVALID_SPEC,
-    REASON_KEDA_NOT_INSTALLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND, STALLED_RESYNC, WAIT_RETRY,
+    REASON_KEDA_NOT_INSTALLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
 };
 use crate::api::{CDTarget, RenderedSummary};
 use crate::controller::conditions::Health;

@@ -3,6 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::decide::Decision;
+use crate::api::conditions::APPLIED;
 use crate::api::reconcile_request;
 use crate::api::{CDTarget, CDTargetStatus};
 use crate::controller::conditions::{self, Health};
@@ -21,7 +22,7 @@ pub fn next_status(target: &CDTarget, decision: &Decision, now: &Time) -> CDTarg
         Health::Ready { reason, message } => (true, reason, message),
         Health::Stalled { reason, message } | Health::Progressing { reason, message } => (false, reason, message),
     };
-    conditions::set(&mut status.conditions, super::APPLIED, ok, reason, message, generation, now);
+    conditions::set(&mut status.conditions, APPLIED, ok, reason, message, generation, now);
     status.conditions =
         status.conditions.iter().map(|c| tenant_text::condition_for_tenant(Object::CDTarget, c)).collect();
     status.observed_generation = generation;
