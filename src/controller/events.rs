@@ -118,7 +118,7 @@ impl EventSink {
 /// The one publisher: records `event` (a [`Transition`] or a [`Notice`]; `None` records
 /// nothing) regarding `object`, in its namespace. A failure to record is logged, never fails the
 /// reconcile.
-pub async fn publish<K, E>(sink: Option<&EventSink>, object: &K, event: Option<E>)
+pub(crate) async fn publish<K, E>(sink: Option<&EventSink>, object: &K, event: Option<E>)
 where
     K: Resource<DynamicType = ()>,
     E: Into<Event>,

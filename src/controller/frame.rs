@@ -99,7 +99,7 @@ impl Reconciled for CDTarget {
 
 /// Writes `status` of `object` through the one writer, and only when it differs from what the
 /// object holds (an unchanged cycle writes nothing).
-pub async fn write_status<K: Reconciled>(
+pub(crate) async fn write_status<K: Reconciled>(
     writer: &Writer,
     namespace: &str,
     object: &K,

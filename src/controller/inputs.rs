@@ -13,10 +13,10 @@ use crate::policy::{self, Policy};
 use crate::problem::Problem;
 
 /// The platform policy as read: the policy, or every problem of its ConfigMap.
-pub type PolicyRead = Result<Policy, Vec<Problem>>;
+pub(crate) type PolicyRead = Result<Policy, Vec<Problem>>;
 
 /// The policy from ConfigMap `config_map` (`None`: absent, the documented defaults).
-pub fn policy_of(config_map: Option<&ConfigMap>) -> PolicyRead {
+pub(crate) fn policy_of(config_map: Option<&ConfigMap>) -> PolicyRead {
     match config_map {
         None => Ok(Policy::default()),
         Some(config_map) => policy::from_config_map(&serde_json::to_value(config_map).unwrap_or_default()),

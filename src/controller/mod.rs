@@ -26,15 +26,15 @@ pub mod tenant_text;
 use std::time::Duration;
 
 /// Retry of an object waiting for something to appear (a Secret); its watch usually comes first.
-pub const WAIT_RETRY: Duration = Duration::from_secs(30);
+pub(crate) const WAIT_RETRY: Duration = Duration::from_secs(30);
 /// Resync of a stalled object: only a change of its spec (or of what it references) helps; this
 /// is a safety net.
-pub const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
+pub(crate) const STALLED_RESYNC: Duration = Duration::from_secs(60 * 60);
 /// Back-off after a transient error.
 pub const TRANSIENT_RETRY: Duration = Duration::from_secs(15);
 
 /// The sooner of two requeues, `None` meaning "wait for a change" (so any requeue is sooner).
-pub fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+pub(crate) fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

@@ -47,35 +47,35 @@ pub const PLATFORM_CONFIGURATION: &str = "the platform configuration is invalid;
 /// cache, the URL or path as registered).
 pub const UNFETCHABLE: &str = "the repository cannot be fetched; the platform team has been told";
 /// The branch, tag or commit the registration follows is not in the repository.
-pub const REF_NOT_FOUND: &str = "the branch, tag or commit this registration follows (spec.gitRef) is not in the \
+pub(crate) const REF_NOT_FOUND: &str = "the branch, tag or commit this registration follows (spec.gitRef) is not in the \
                                  repository: push it, or ask the platform team to follow another one";
 /// The repository, its checked-out tree or the cache it needs is over the platform's bounds.
-pub const TOO_LARGE: &str = "the repository is larger than the platform allows (its history, its checked-out tree, \
+pub(crate) const TOO_LARGE: &str = "the repository is larger than the platform allows (its history, its checked-out tree, \
                              one file or the number of entries): make it smaller; the platform team has been told";
 /// The revision's tree holds an entry that cannot be checked out safely.
-pub const UNSAFE_TREE: &str = "the revision's tree holds an entry that cannot be checked out safely (a duplicate or \
+pub(crate) const UNSAFE_TREE: &str = "the revision's tree holds an entry that cannot be checked out safely (a duplicate or \
                                reserved name, an odd file mode, deep nesting or a long path): push a commit without \
                                it; the platform team has been told";
 /// The API server refused the controller itself (its right to act as the tenant's
 /// ServiceAccount), not the tenant's objects.
-pub const NO_ACCESS: &str =
+pub(crate) const NO_ACCESS: &str =
     "the platform cannot act as this namespace's ServiceAccount; the platform team has been told";
 /// `GitLabSynced=True`.
 pub const GITLAB_SYNCED: &str = "the deploy key and the webhook are in place on the GitLab project";
 /// `GitLabSynced=False`, whatever the reason.
-pub const GITLAB_NOT_SYNCED: &str = "the platform cannot keep the deploy key and the webhook on the GitLab project; \
+pub(crate) const GITLAB_NOT_SYNCED: &str = "the platform cannot keep the deploy key and the webhook on the GitLab project; \
                                      the platform team has been told (the repository is still fetched at its interval)";
 /// `CommitStatusPosted=True`.
-pub const STATUS_POSTED: &str = "the commit status of the revision evaluated last is on GitLab";
+pub(crate) const STATUS_POSTED: &str = "the commit status of the revision evaluated last is on GitLab";
 /// `CommitStatusPosted=False`, whatever the reason.
-pub const STATUS_NOT_POSTED: &str = "the platform cannot post commit statuses on GitLab; the platform team has been \
+pub(crate) const STATUS_NOT_POSTED: &str = "the platform cannot post commit statuses on GitLab; the platform team has been \
                                      told (the apply is not affected)";
 /// A CDTarget's children could not be written by the controller (its rights, a CRD missing, a
 /// rendering the API server refuses).
-pub const CHILDREN_NOT_WRITTEN: &str = "the platform cannot write this CDTarget's NetworkPolicy, Deployment or KEDA \
+pub(crate) const CHILDREN_NOT_WRITTEN: &str = "the platform cannot write this CDTarget's NetworkPolicy, Deployment or KEDA \
                                         objects; the platform team has been told";
 /// A condition type or reason not on the allow-list.
-pub const NOT_LISTED: &str = "the details are the platform's; the platform team has been told";
+pub(crate) const NOT_LISTED: &str = "the details are the platform's; the platform team has been told";
 
 /// The reasons of the kstatus summary (`Ready`, `Reconciling`, `Stalled`) that are about the
 /// tenant's own files and objects.
@@ -121,7 +121,7 @@ const REGISTRATION: &[(&str, &[&str])] = &[
 
 /// What a tenant reads of one condition message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TenantText<'a> {
+pub(crate) enum TenantText<'a> {
     /// About the tenant's own files and objects: the message as the object has it.
     Theirs(&'a str),
     /// The platform's trouble, or a condition not on the allow-list: a fixed sentence of its
@@ -142,7 +142,7 @@ impl<'a> TenantText<'a> {
 /// What the tenant reads of a condition of `object` of type `condition_type` with `reason` and
 /// `message`: the message when the type and reason are on the object's allow-list, else the
 /// fixed sentence of the reason's class ([`NOT_LISTED`] for what no class names).
-pub fn for_tenant<'a>(object: Object, condition_type: &str, reason: &str, message: &'a str) -> TenantText<'a> {
+pub(crate) fn for_tenant<'a>(object: Object, condition_type: &str, reason: &str, message: &'a str) -> TenantText<'a> {
     let list = match object {
         Object::Registration => REGISTRATION,
         Object::CDTarget => CDTARGET,
@@ -163,14 +163,14 @@ pub fn for_tenant<'a>(object: Object, condition_type: &str, reason: &str, messag
 
 /// `condition` of `object` as the tenant reads it: its message through [`for_tenant`], the
 /// rest as it is (the reason is an API identifier, never content).
-pub fn condition_for_tenant(object: Object, condition: &Condition) -> Condition {
+pub(crate) fn condition_for_tenant(object: Object, condition: &Condition) -> Condition {
     let message = for_tenant(object, &condition.type_, &condition.reason, &condition.message).message().to_owned();
     Condition { message, ..condition.clone() }
 }
 
 /// The located problems a tenant reads: all of them but the API server's refusals of the
 /// controller itself (their message says who was refused: the platform's ServiceAccount).
-pub fn problems_for_tenant(problems: &[Problem]) -> Cow<'_, [Problem]> {
+pub(crate) fn problems_for_tenant(problems: &[Problem]) -> Cow<'_, [Problem]> {
     if !problems.iter().any(|p| refuses_the_controller(&p.message)) {
         return Cow::Borrowed(problems);
     }

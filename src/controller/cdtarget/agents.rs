@@ -34,7 +34,7 @@ pub struct Observed {
 /// Used only where the Deployment or the ScaledObject is not watched (KEDA installed after
 /// start-up); polling every 30 s instead kept a first pass of 10,000 CDTargets, whose agents take
 /// minutes to come, at eleven reconciles each (the Flux bench, docs/performance.md).
-pub fn waiting_requeue(conditions: &[Condition], now: Timestamp, longest: Duration) -> Duration {
+pub(crate) fn waiting_requeue(conditions: &[Condition], now: Timestamp, longest: Duration) -> Duration {
     let waiting_since = conditions
         .iter()
         .find(|c| c.type_ == crate::api::conditions::READY && c.status != "True")

@@ -102,7 +102,7 @@ pub fn references(target: &CDTarget) -> Vec<Reference> {
 }
 
 /// Names of the Secrets among `references`, each once.
-pub fn secret_names(references: &[Reference]) -> BTreeSet<&str> {
+pub(crate) fn secret_names(references: &[Reference]) -> BTreeSet<&str> {
     references.iter().filter(|r| r.resource == Resource::Secret).map(|r| r.name.as_str()).collect()
 }
 
@@ -162,7 +162,7 @@ impl From<&TenantRepository> for Registered {
 /// it; when there is none, `default` (the controller's `--default-tenant-service-account`) in
 /// that namespace; when that is not set either, nobody (only the ServiceAccount-token rule
 /// applies then).
-pub fn tenant_identities<'a>(
+pub(crate) fn tenant_identities<'a>(
     namespace: &str,
     registrations: impl IntoIterator<Item = &'a Registered>,
     default: Option<&str>,
@@ -285,7 +285,7 @@ impl fmt::Display for Refusal {
 }
 
 /// Whether `secret` is, or will be filled as, a ServiceAccount token.
-pub fn is_service_account_token(secret: &Secret) -> bool {
+pub(crate) fn is_service_account_token(secret: &Secret) -> bool {
     secret.type_.as_deref() == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
         || secret.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(SERVICE_ACCOUNT_NAME_ANNOTATION))
 }

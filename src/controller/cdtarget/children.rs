@@ -130,7 +130,7 @@ pub fn plan(children: &[Observed], uid: Option<&str>) -> Result<Vec<Write>, Vec<
 }
 
 /// The condition message for `conflicts`: each object and its owner, and what to do.
-pub fn conflict_message(conflicts: &[Conflict]) -> String {
+pub(crate) fn conflict_message(conflicts: &[Conflict]) -> String {
     let each = conflicts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
     format!(
         "{each}. Nothing was applied (no child is written while one would take over another object); \
@@ -139,7 +139,7 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
 }
 
 /// The controller owner reference of an object, if it has one.
-pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+pub(crate) fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references.iter().flatten().find(|o| o.controller == Some(true))
 }
 

@@ -43,7 +43,7 @@ pub struct Applied {
 /// the ScaledObject using it), then deletes the children no longer rendered that this CDTarget
 /// controls ([`inventory`]).
 #[tracing::instrument(name = "execute", skip_all)]
-pub async fn write_children(
+pub(crate) async fn write_children(
     writer: &Writer,
     echoes: &Echoes,
     namespace: &str,

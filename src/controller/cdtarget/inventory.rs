@@ -58,7 +58,7 @@ pub fn reference(kind: ChildKind, name: &str) -> ChildReference {
 /// no longer rendered: one per kind of the table. A CDTarget renders at most one child of each
 /// kind, so an inventory it recorded never needs more; one tampered with (thousands of entries,
 /// or one entry repeated) costs no more than this many reads per reconcile.
-pub const MOST_DROPPED: usize = ChildKind::ALL.len();
+pub(crate) const MOST_DROPPED: usize = ChildKind::ALL.len();
 
 /// The children to look up: each entry of `inventory` whose `apiVersion` and `kind` are a kind
 /// of the table a CDTarget may stop rendering ([`ChildKind::may_be_dropped`]: the only kinds the
@@ -119,7 +119,10 @@ pub fn recorded(rendered: &Children) -> Vec<ChildReference> {
 /// (it may have been written), then every entry of `previous` (a deletion that failed is tried
 /// again). A CDTarget from before the inventory keeps none: its next reconcile looks up every
 /// kind named after it again.
-pub fn after_failure(previous: Option<&[ChildReference]>, rendered: Option<&Children>) -> Option<Vec<ChildReference>> {
+pub(crate) fn after_failure(
+    previous: Option<&[ChildReference]>,
+    rendered: Option<&Children>,
+) -> Option<Vec<ChildReference>> {
     let previous = previous?;
     let mut inventory = rendered.map(recorded).unwrap_or_default();
     for entry in previous {

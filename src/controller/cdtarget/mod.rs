@@ -19,10 +19,10 @@ pub mod agents;
 pub mod borrowed;
 pub mod children;
 pub mod decide;
-pub mod echoes;
+pub(crate) mod echoes;
 pub mod execute;
 pub mod inventory;
-pub mod observe;
+pub(crate) mod observe;
 pub mod plan;
 pub mod status;
 
@@ -44,16 +44,18 @@ pub use crate::controller::inputs::Keda;
 pub use decide::{Decision, decide};
 pub use execute::{Applied, Written};
 pub use observe::{REGISTRATIONS_TTL, REVIEW_TTL, Tenants};
-pub use plan::{Plan, SecretsRead, plan};
-pub use status::next_status;
+pub use plan::plan;
+pub(crate) use status::next_status;
 
 /// Resync of a CDTarget whose children are in place (drift repair), unless
 /// `--cdtarget-resync-interval` says otherwise ([`Context::with_resync`]).
-pub const RESYNC: Duration = Duration::from_secs(10 * 60);
-pub use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
+pub(crate) const RESYNC: Duration = Duration::from_secs(10 * 60);
+pub use super::TRANSIENT_RETRY;
+pub(crate) use super::{STALLED_RESYNC, WAIT_RETRY};
 
 /// When the CDTarget reconciler comes back after a failure of each class.
-pub const SCHEDULE: Schedule = Schedule { stalled: STALLED_RESYNC, waiting: WAIT_RETRY, transient: TRANSIENT_RETRY };
+pub(crate) const SCHEDULE: Schedule =
+    Schedule { stalled: STALLED_RESYNC, waiting: WAIT_RETRY, transient: TRANSIENT_RETRY };
 
 /// What the CDTarget reconciler needs.
 #[derive(Clone)]
@@ -204,7 +206,7 @@ impl Error {
 }
 
 /// The requeue after a failed reconcile, chosen by the error's class ([`SCHEDULE`]).
-pub fn error_policy(_target: Arc<CDTarget>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(_target: Arc<CDTarget>, error: &Error, _ctx: Arc<Context>) -> Action {
     Action::requeue(SCHEDULE.settle(error.class()).requeue)
 }
 

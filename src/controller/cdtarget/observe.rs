@@ -33,7 +33,7 @@ pub struct Observed {
 
 /// Reads everything [`super::plan::plan`] needs for `target` in `namespace`.
 #[tracing::instrument(name = "observe", skip_all)]
-pub async fn observe(target: &CDTarget, namespace: &str, ctx: &Context) -> Result<Observed, Error> {
+pub(crate) async fn observe(target: &CDTarget, namespace: &str, ctx: &Context) -> Result<Observed, Error> {
     let client = ctx.frame.writer.client();
     let policy = ctx.frame.policy.current().await.map_err(|source| Error::Read {
         kind: "ConfigMap",

@@ -21,7 +21,7 @@ use crate::problem::Problem;
 use crate::render::{self, Children, Scaling, SecretDigests};
 
 /// A referenced Secret as read: its data, or `None` when it does not exist.
-pub type SecretsRead = BTreeMap<String, Option<BTreeMap<String, ByteString>>>;
+pub(crate) type SecretsRead = BTreeMap<String, Option<BTreeMap<String, ByteString>>>;
 
 /// What one reconcile decided.
 #[derive(Clone, Debug, PartialEq)]

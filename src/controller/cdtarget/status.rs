@@ -14,7 +14,7 @@ use crate::controller::tenant_text::{self, Object};
 /// generation; its rendered summary and inventory. The CDTarget is the tenant's to read, so
 /// every message is one [`tenant_text`] lets a tenant read (the Events quote these conditions
 /// too).
-pub fn next_status(target: &CDTarget, decision: &Decision, now: &Time) -> CDTargetStatus {
+pub(crate) fn next_status(target: &CDTarget, decision: &Decision, now: &Time) -> CDTargetStatus {
     let generation = target.metadata.generation;
     let mut status = target.status.clone().unwrap_or_default();
     conditions::summarize(&mut status.conditions, &decision.health, generation, now);

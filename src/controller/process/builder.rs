@@ -368,7 +368,7 @@ fn without_echoes(
 /// quiet minutes): when kube-apiserver restarted, the six watches of the CDTarget controller
 /// failed together and its healthy triggers were paused for a minute.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct EachWatchBacksOff;
+pub(crate) struct EachWatchBacksOff;
 
 impl Iterator for EachWatchBacksOff {
     type Item = std::time::Duration;

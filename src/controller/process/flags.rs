@@ -199,7 +199,7 @@ pub fn gitlab_settings(args: &Args) -> Result<Option<gitlab::Settings>, String> 
 }
 
 /// The receiver's limits from the flags (the rest are the defaults).
-pub fn webhook_limits(args: &Args) -> webhook::Limits {
+pub(crate) fn webhook_limits(args: &Args) -> webhook::Limits {
     let global = args.webhook_global_rate;
     let registration = args.webhook_registration_rate;
     let reads = args.webhook_registration_read_rate;
@@ -216,7 +216,7 @@ pub fn webhook_limits(args: &Args) -> webhook::Limits {
 }
 
 /// The watcher configuration of the sharded kinds.
-pub fn shard_config(selector: Option<&str>) -> watcher::Config {
+pub(crate) fn shard_config(selector: Option<&str>) -> watcher::Config {
     let config = watcher::Config::default().any_semantic();
     match selector.filter(|s| !s.trim().is_empty()) {
         Some(selector) => config.labels(selector),

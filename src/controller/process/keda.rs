@@ -10,13 +10,13 @@ use tracing::{info, warn};
 use crate::controller::inputs::Keda;
 
 /// How often the controller checks whether KEDA was installed or removed.
-pub const KEDA_RECHECK: Duration = Duration::from_secs(5 * 60);
+pub(crate) const KEDA_RECHECK: Duration = Duration::from_secs(5 * 60);
 
 /// Checks for KEDA every [`KEDA_RECHECK`] and, when it appeared or went away, updates `keda`
 /// and asks for every CDTarget to be reconciled. A failed check changes nothing. The owned
 /// ScaledObject and TriggerAuthentication watches are set up at start-up only: after KEDA is
 /// installed, drift of those children is repaired by the periodic resync until a restart.
-pub async fn recheck_keda(client: Client, keda: Keda, changed: mpsc::UnboundedSender<()>) {
+pub(crate) async fn recheck_keda(client: Client, keda: Keda, changed: mpsc::UnboundedSender<()>) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + KEDA_RECHECK, KEDA_RECHECK);
     loop {
         ticks.tick().await;
@@ -38,7 +38,7 @@ pub async fn recheck_keda(client: Client, keda: Keda, changed: mpsc::UnboundedSe
 }
 
 /// Whether `keda.sh/v1alpha1` serves ScaledObject and TriggerAuthentication.
-pub async fn keda_installed(client: &Client) -> Result<bool, kube::Error> {
+pub(crate) async fn keda_installed(client: &Client) -> Result<bool, kube::Error> {
     match client.list_api_group_resources("keda.sh/v1alpha1").await {
         Ok(list) => {
             let has = |kind: &str| list.resources.iter().any(|r| r.kind == kind);

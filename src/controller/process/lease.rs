@@ -24,7 +24,7 @@ pub struct Lease {
 /// the lease, runs `work` while holding it, and returns an error when it is lost (a restart is
 /// the clean way to drop every cache and in-flight reconcile). `work` stops when the stop flag
 /// it is given is set.
-pub async fn while_leading<F, Fut>(
+pub(crate) async fn while_leading<F, Fut>(
     lease: Option<Lease>,
     client: Client,
     state: Arc<State>,
@@ -116,7 +116,7 @@ pub fn field_manager(identity: &str) -> String {
 }
 
 /// This replica's name when `--identity`/`POD_NAME` is not set.
-pub fn host_name() -> Option<String> {
+pub(crate) fn host_name() -> Option<String> {
     std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty())
 }
 

@@ -14,7 +14,7 @@ pub mod lease;
 pub mod registrations;
 pub mod shutdown;
 pub mod sync_statuses;
-pub mod vanished;
+pub(crate) mod vanished;
 pub mod watches;
 
 use std::process::ExitCode;
@@ -32,14 +32,16 @@ use crate::telemetry::{self, State};
 use crate::webhook;
 
 pub use builder::{Builder, Reconciled, Running, Settings};
-pub use flags::{Args, gitlab_settings, shard_config, webhook_limits};
-pub use keda::{KEDA_RECHECK, keda_installed};
+pub use flags::gitlab_settings;
+pub(crate) use flags::{Args, shard_config, webhook_limits};
+pub(crate) use keda::keda_installed;
 pub use registrations::Registrations;
-pub use shutdown::{stop_on_signal, stopped};
+pub(crate) use shutdown::stop_on_signal;
+pub use shutdown::stopped;
 pub use watches::Sources;
 
 /// How long the start-up check waits for the API server.
-pub const API_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const API_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]

@@ -24,7 +24,7 @@ pub struct Registrations {
 }
 
 /// Told an event of the registrations watch; returns `false` once it wants no more.
-pub type Observer = Box<dyn FnMut(&watcher::Event<TenantRepository>) -> bool + Send>;
+pub(crate) type Observer = Box<dyn FnMut(&watcher::Event<TenantRepository>) -> bool + Send>;
 
 struct Hub {
     writer: Writer<TenantRepository>,

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use crate::text::redact_userinfo;
 
 /// Sets `stop` on SIGTERM or SIGINT.
-pub async fn stop_on_signal(stop: watch::Sender<bool>) {
+pub(crate) async fn stop_on_signal(stop: watch::Sender<bool>) {
     #[cfg(unix)]
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -36,7 +36,7 @@ pub async fn stopped(mut stop: watch::Receiver<bool>) {
 }
 
 /// A shareable (`Sync`) future completing once `stop` is set, for `graceful_shutdown_on`.
-pub fn shutdown_future(stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync + 'static {
+pub(crate) fn shutdown_future(stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync + 'static {
     stopped(stop).boxed().shared()
 }
 

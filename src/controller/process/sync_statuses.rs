@@ -22,7 +22,7 @@ use crate::controller::tenant_repository::sync_status;
 
 /// Reflects `events` into `reflected` and deletes stale SyncStatuses, following `registrations`
 /// (whose store is `registry`). Runs until both streams end.
-pub async fn keep_clean(
+pub(crate) async fn keep_clean(
     events: Events<SyncStatus>,
     mut reflected: store::Writer<SyncStatus>,
     registrations: impl Stream<Item = watcher::Event<TenantRepository>> + Send + Unpin,

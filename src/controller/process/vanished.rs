@@ -12,7 +12,7 @@ pub type Key = (String, String);
 
 /// Follows one watch's events and names the objects that left it.
 #[derive(Debug, Default)]
-pub struct Vanished {
+pub(crate) struct Vanished {
     /// Every object the watch holds.
     known: BTreeSet<Key>,
     /// The objects of a re-list under way.
@@ -53,7 +53,7 @@ impl Vanished {
 
 /// Calls `gone` for every object that leaves the watch whose events pass through the returned
 /// closure (for `StreamExt::inspect`).
-pub fn on_vanished<K: Resource, E>(
+pub(crate) fn on_vanished<K: Resource, E>(
     gone: impl Fn(&str, &str) + Send + 'static,
 ) -> impl FnMut(&Result<watcher::Event<K>, E>) + Send + 'static {
     let mut vanished = Vanished::default();

@@ -29,7 +29,7 @@ use crate::render::ChildKind;
 /// A watch's events.
 pub type Events<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
 /// Objects a watch saw added, changed or deleted.
-pub type Touched<K> = BoxStream<'static, Result<K, watcher::Error>>;
+pub(crate) type Touched<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
 /// The watch of one kind of child: its objects' metadata, as their API resource's.
 pub struct ChildWatch {
@@ -173,7 +173,7 @@ pub fn registrations(client: &Client, namespace: &str, shard: watcher::Config) -
 
 /// The names of the Secrets of `namespace` that were added, changed or deleted (metadata only),
 /// for the webhook receiver's index.
-pub fn secret_names(client: &Client, namespace: &str) -> BoxStream<'static, Result<String, watcher::Error>> {
+pub(crate) fn secret_names(client: &Client, namespace: &str) -> BoxStream<'static, Result<String, watcher::Error>> {
     watched(Api::<PartialObjectMeta<Secret>>::namespaced(client.clone(), namespace), watcher::Config::default())
         .touched_objects()
         .map(|secret| secret.map(|s| s.name_any()))
@@ -183,7 +183,7 @@ pub fn secret_names(client: &Client, namespace: &str) -> BoxStream<'static, Resu
 /// Keeps `policy` current from the events of the policy ConfigMap: parsed once per change of
 /// its data (absent: the documented defaults), and each of `changed` told after every change
 /// but the first read so that its controller renders everything again.
-pub async fn keep_policy(
+pub(crate) async fn keep_policy(
     mut events: Events<ConfigMap>,
     policy: watch::Sender<Option<Arc<PolicyRead>>>,
     changed: Vec<mpsc::UnboundedSender<()>>,
@@ -238,7 +238,7 @@ pub async fn keep_policy(
 /// annotations (`cdtarget.io/requestedAt` and other requests) and whether it is being deleted.
 /// Status writes change none of these, so the reconciler's own status update does not wake it
 /// again; the periodic requeue and the owned and referenced objects still do.
-pub fn reconcile_worthy<K: Resource>(object: &K) -> Option<u64> {
+pub(crate) fn reconcile_worthy<K: Resource>(object: &K) -> Option<u64> {
     let meta = object.meta();
     let mut hasher = std::hash::DefaultHasher::new();
     meta.generation.hash(&mut hasher);
@@ -249,7 +249,7 @@ pub fn reconcile_worthy<K: Resource>(object: &K) -> Option<u64> {
 
 /// The registrations that read Secret `namespace/name`: their Git credentials or their webhook
 /// token.
-pub fn registrations_referencing_secret(
+pub(crate) fn registrations_referencing_secret(
     namespace: &str,
     name: &str,
     registrations: impl IntoIterator<Item = Arc<TenantRepository>>,
@@ -269,7 +269,7 @@ pub fn registrations_referencing_secret(
 /// The CDTargets among `targets` that reference Secret `namespace/name` (token, proxy, CA,
 /// image pull Secret or `env[].valueFrom.secretKeyRef`): a change of any of them may change what
 /// the agents are given, or whether they may be given it.
-pub fn cdtargets_referencing_secret(
+pub(crate) fn cdtargets_referencing_secret(
     namespace: &str,
     name: &str,
     targets: impl IntoIterator<Item = Arc<CDTarget>>,

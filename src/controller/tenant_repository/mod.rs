@@ -61,7 +61,6 @@ use crate::error::{Class, Classify};
 use crate::manifests;
 use crate::source::Fetcher;
 
-pub use crate::controller::conditions::Verdict;
 pub use gitlab::GitLabStep;
 pub use observe::Observed;
 pub use plan::{Plan, Record, apply_schedule, fetch_schedule, plan};
@@ -70,7 +69,8 @@ pub use secrets::SecretReads;
 pub use summarize::summarize;
 pub use sync_status::SyncStatuses;
 
-pub use super::{STALLED_RESYNC, TRANSIENT_RETRY, WAIT_RETRY};
+pub use super::TRANSIENT_RETRY;
+pub(crate) use super::{STALLED_RESYNC, WAIT_RETRY};
 pub use crate::source::registration::{
     DEFAULT_INTERVAL, credentials_from_secret, interval_of, parse_go_duration, reference_of, timeout_of,
 };
