@@ -4,10 +4,10 @@
 //! 1. [`dry_run`]: what is to be sent (after a new revision or a changed set, the objects it
 //!    changed, or the whole set when this process has not applied it before; only what drifted
 //!    when the revision and set are unchanged) is server-side dry-run as the tenant.
-//!    Any refusal is [`Failed::DryRun`]: nothing is written at all.
+//!    Any refusal is [`Refused::DryRun`]: nothing is written at all.
 //! 2. [`apply_and_prune`]: the objects in order, then the deletion of what left Git. A refusal
 //!    here (the dry run passed, but a quota, a conflict or a permission changed in between) is
-//!    [`Failed::Apply`] or [`Failed::Prune`], which [`super::outcome`] turns into records that
+//!    [`Refused::Apply`] or [`Refused::Prune`], which [`super::concluded`] turns into records that
 //!    keep everything a later reconcile needs.
 //!
 //! Both report into [`Executed`]; the plan is not changed.
@@ -23,9 +23,9 @@ use crate::apply::server_side::service_account_user;
 use crate::apply::{Done, Write, WriteError, Writer, entry_of};
 use crate::error::{Class, Classify};
 
-/// A refusal that turns the plan's verdict (see [`super::outcome`]).
+/// What the API server refused, which turns the plan's verdict (see [`super::concluded`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failed {
+pub enum Refused {
     /// The server-side dry run refused `refusals` (as `user`): nothing was written.
     DryRun {
         /// Every refused object.
@@ -79,12 +79,14 @@ pub struct Executed {
     /// Objects sent in the server-side dry run before the apply.
     pub dry_run: usize,
     /// The objects the dry run refused (nothing was written then).
-    pub refused: Vec<InventoryEntry>,
-    /// The refusal that stopped it, if one did (the first one, when the dry run refused several).
-    pub failure: Option<WriteError>,
-    /// How that refusal turns the plan's verdict; `None` when nothing was refused, or when the
-    /// dry run could not be sent at all (the error alone then fails the reconcile).
-    pub failed: Option<Failed>,
+    pub refused_objects: Vec<InventoryEntry>,
+    /// The error that stopped it, if one did (the first refusal, when the dry run refused
+    /// several); it fails the reconcile.
+    pub error: Option<WriteError>,
+    /// What was refused, as [`super::concluded`] turns it into the verdicts; `None` when nothing
+    /// was refused, or when the dry run could not be sent at all (the error alone then fails the
+    /// reconcile).
+    pub refused: Option<Refused>,
 }
 
 /// Chooses what to send and dry-runs it as the tenant of `repo`, before anything is written
@@ -112,7 +114,7 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> D
         let drifted = match drifted {
             Ok(drifted) => drifted,
             Err(e) => {
-                executed.failure = Some(e);
+                executed.error = Some(e);
                 return DryRun { send: None, executed };
             }
         };
@@ -140,13 +142,13 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> D
         Ok(refused) if refused.is_empty() => {}
         Ok(mut refused) => {
             let refusals: Vec<Refusal> = refused.iter().map(|e| Refusal::of(entry(objects, e), &e.source)).collect();
-            executed.refused = refusals.iter().map(|r| r.entry.clone()).collect();
+            executed.refused_objects = refusals.iter().map(|r| r.entry.clone()).collect();
             executed.repaired.clear();
             let class = class_of(&refusals);
-            executed.failed = Some(Failed::DryRun { refusals, user, class });
-            executed.failure = Some(WriteError::Refused(Box::new(refused.remove(0))));
+            executed.refused = Some(Refused::DryRun { refusals, user, class });
+            executed.error = Some(WriteError::Refused(Box::new(refused.remove(0))));
         }
-        Err(e) => executed.failure = Some(e),
+        Err(e) => executed.error = Some(e),
     }
     DryRun { send, executed }
 }
@@ -156,7 +158,7 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> D
 #[tracing::instrument(name = "execute", skip_all)]
 pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Plan, checked: DryRun) -> Executed {
     let DryRun { send, mut executed } = checked;
-    if executed.failure.is_some() || (send.is_none() && plan.prune.is_empty()) {
+    if executed.error.is_some() || (send.is_none() && plan.prune.is_empty()) {
         return executed;
     }
     let user = service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
@@ -174,9 +176,9 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Pl
                     }
                     WriteError::Impersonate { .. } => None,
                 };
-                executed.failed =
-                    Some(Failed::Apply { message: format!("{e} (as {user})"), class: e.class(), refusal });
-                executed.failure = Some(e);
+                executed.refused =
+                    Some(Refused::Apply { message: format!("{e} (as {user})"), class: e.class(), refusal });
+                executed.error = Some(e);
                 return executed;
             }
         }
@@ -188,8 +190,8 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Pl
                 executed.pruned_objects = plan.prune.clone();
             }
             Err(e) => {
-                executed.failed = Some(Failed::Prune { message: format!("{e} (as {user})"), class: e.class() });
-                executed.failure = Some(e);
+                executed.refused = Some(Refused::Prune { message: format!("{e} (as {user})"), class: e.class() });
+                executed.error = Some(e);
             }
         }
     }

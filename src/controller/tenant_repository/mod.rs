@@ -17,7 +17,7 @@
 //! 9. [`gitlab::verdict`]: the commit status `success` or `failed`;
 //! 10. [`sync_status`]: the tenant's SyncStatus and Warning Events;
 //! 11. [`summarize`]: every condition and the status, a pure function of the plan and the
-//!     report ([`outcome`] is what they concluded);
+//!     report ([`concluded`] is what they concluded);
 //! 12. [`Frame::finish`]: the one status write, then readiness and the Event of a change of
 //!     `Ready` (the frame both reconcilers share);
 //! 13. the observer of what was applied.
@@ -31,12 +31,12 @@
 //! prune cannot see.
 
 pub mod cleanup;
+pub mod concluded;
 pub mod execute;
 pub mod gitlab;
 pub mod intent;
 pub mod load;
 pub mod observe;
-pub mod outcome;
 pub mod plan;
 pub mod report;
 pub mod secrets;
@@ -280,7 +280,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     let checked = execute::dry_run(&ctx.frame.writer, &repo, &plan).await;
     // 4. Record intent. Write-ahead: what the apply may create is in the inventory before it is
     // created, or nothing is applied (the reconcile fails and is retried).
-    if let (Some(intent), None) = (&plan.intent, &checked.executed.failure) {
+    if let (Some(intent), None) = (&plan.intent, &checked.executed.error) {
         intent::record(&ctx.frame.writer, &namespace, &repo, intent)
             .instrument(tracing::info_span!("intent"))
             .await
@@ -291,15 +291,15 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     let pending = gitlab::pending(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
     // 6. Apply and prune.
     report.executed = execute::apply_and_prune(&ctx.frame.writer, &repo, &plan, checked).await;
-    match (&report.executed.failure, &plan.digests) {
+    match (&report.executed.error, &plan.digests) {
         // Whatever a failed attempt left on the cluster, the next one sends the whole set.
         (Some(_), _) => ctx.applied.forget(&key),
         (None, Some(digests)) if plan.record.is_some() => ctx.applied.remember(&key, digests.clone()),
         (None, _) => {}
     }
     // The tenant's client could not even be built: nothing was sent, nothing is reported.
-    if let Some(WriteError::Impersonate { .. }) = &report.executed.failure {
-        return Err(Error::Apply(report.executed.failure.take().expect("matched above")));
+    if let Some(WriteError::Impersonate { .. }) = &report.executed.error {
+        return Err(Error::Apply(report.executed.error.take().expect("matched above")));
     }
     // 7. Wait for health (spec.wait): Ready only once what was applied is healthy (kstatus).
     report.waited = wait::wait(&ctx.frame.writer, &repo, &plan, &report.executed, Timestamp::now()).await;
@@ -311,7 +311,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     };
     report.gitlab = synced.unwrap_or_else(|e| Some(gitlab::cluster_failed(&e)));
     // 9. Commit status verdict on what the reconcile concluded.
-    let concluded = outcome::outcome(&repo, &plan, &report.executed, &report.waited);
+    let concluded = concluded::conclude(&repo, &plan, &report.executed, &report.waited);
     report.commit_status = gitlab::verdict(pending, &repo, ctx.gitlab.as_ref(), &concluded).await;
     let now = Time(Timestamp::now());
     // 10. The tenant's SyncStatus and Events, after the apply whatever its outcome; a failed
@@ -322,7 +322,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
             repo: &repo,
             platform_namespace: &namespace,
             status: &status,
-            outcome: &concluded,
+            concluded: &concluded,
             executed: &report.executed,
             previous: None,
             now: &now,
@@ -350,7 +350,7 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
         observer(&applied);
     }
     let requeue = summarize::requeue(&repo, &plan, &report);
-    if let Some(e) = report.executed.failure {
+    if let Some(e) = report.executed.error {
         return Err(Error::Apply(e));
     }
     tracing::debug!(applied = applied.applied, pruned = applied.pruned, "reconciled");

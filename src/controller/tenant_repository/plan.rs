@@ -3,7 +3,7 @@
 //! back. Nothing is lost on failure: a fetch, load or validation failure applies and prunes
 //! nothing, and the record keeps the last applied revision and the inventory. The plan is the
 //! decision only: what the later steps find is in the reconcile's [`super::report::Report`],
-//! and [`super::outcome`] turns both into what the reconcile concluded.
+//! and [`super::concluded`] turns both into what the reconcile concluded.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -78,7 +78,7 @@ pub struct Plan {
     /// refused), as data for the tenant's feedback; empty when there is none.
     pub problems: Vec<Problem>,
     /// Where each object of `apply` came from (file, document, line), so that an object the API
-    /// server refuses is reported at its document ([`super::outcome`]).
+    /// server refuses is reported at its document ([`super::concluded`]).
     pub origins: Origins,
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::TRANSIENT_RETRY;
-use super::outcome::outcome;
+use super::concluded::conclude;
 use super::plan::Plan;
 use super::report::Report;
 use crate::api::conditions::{
@@ -22,7 +22,7 @@ use crate::gitlab;
 
 /// The status of `repo` after a reconcile that decided `plan` and whose steps reported `report`.
 pub fn summarize(repo: &TenantRepository, plan: &Plan, report: &Report, now: &Time) -> TenantRepositoryStatus {
-    let concluded = outcome(repo, plan, &report.executed, &report.waited);
+    let concluded = conclude(repo, plan, &report.executed, &report.waited);
     let generation = repo.metadata.generation;
     let mut status = repo.status.clone().unwrap_or_default();
     match &concluded.health {
@@ -104,7 +104,7 @@ pub fn summarize(repo: &TenantRepository, plan: &Plan, report: &Report, now: &Ti
 /// put the deploy key on GitLab (the first fetch of a new registration runs before its key is
 /// registered). `None` waits for a change of the registration.
 pub fn requeue(repo: &TenantRepository, plan: &Plan, report: &Report) -> Option<Duration> {
-    let concluded = outcome(repo, plan, &report.executed, &report.waited);
+    let concluded = conclude(repo, plan, &report.executed, &report.waited);
     let fetch_failed = concluded.source_ready.as_ref().is_some_and(|v| !v.ok);
     let key_just_registered = report.gitlab.as_ref().is_some_and(|s| s.changed && s.verdict.ok);
     let sync_status_failed = matches!(report.sync_status, Some(Err(_)));
@@ -135,10 +135,9 @@ mod tests {
     use crate::api::conditions::{REASON_APPLY_FAILED, REASON_SYNCED};
     use crate::apply::refusal::Refusal;
     use crate::controller::conditions::{Health, Verdict};
-    use crate::controller::tenant_repository::execute::{Executed, Failed};
+    use crate::controller::tenant_repository::execute::{Executed, Refused};
     use crate::controller::tenant_repository::gitlab::GitLabStep;
     use crate::controller::tenant_repository::observe::Observed;
-    use crate::controller::tenant_repository::outcome::outcome;
     use crate::controller::tenant_repository::plan::plan;
     use crate::controller::tenant_repository::plan::tests::{applied_abc, config_map, entry, repo};
     use crate::controller::tenant_repository::wait::Waited;
@@ -150,8 +149,8 @@ mod tests {
         Time(Timestamp::UNIX_EPOCH)
     }
 
-    fn failed(failed: Failed) -> Report {
-        Report { executed: Executed { failed: Some(failed), ..Executed::default() }, ..Report::default() }
+    fn refused_by(refused: Refused) -> Report {
+        Report { executed: Executed { refused: Some(refused), ..Executed::default() }, ..Report::default() }
     }
 
     #[test]
@@ -201,7 +200,7 @@ mod tests {
         let planned =
             plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) }, Duration::ZERO);
         let message = "applying ConfigMap team-a/a: forbidden".to_owned();
-        let report = failed(Failed::Apply { message, class: Class::Waiting, refusal: None });
+        let report = refused_by(Refused::Apply { message, class: Class::Waiting, refusal: None });
         let status = summarize(&repo, &planned, &report, &epoch());
         assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
         assert_eq!(status.inventory, [entry("a"), entry("old")]);
@@ -214,8 +213,8 @@ mod tests {
         let mut set = config_map("a");
         set.documents.extend(config_map("b").documents);
         let planned = plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(set) }, Duration::ZERO);
-        let report = failed(Failed::Apply { message: "refused".into(), class: Class::Waiting, refusal: None });
-        let concluded = outcome(&repo, &planned, &report.executed, &report.waited);
+        let report = refused_by(Refused::Apply { message: "refused".into(), class: Class::Waiting, refusal: None });
+        let concluded = conclude(&repo, &planned, &report.executed, &report.waited);
         assert_eq!(concluded.record.unwrap().inventory, [entry("a"), entry("b"), entry("old")]);
     }
 
@@ -238,17 +237,17 @@ mod tests {
         };
         let refusals = vec![refused("a", "forbidden a"), refused("b", "forbidden b")];
         let user = "system:serviceaccount:team-a:deployer".to_owned();
-        let mut report = failed(Failed::DryRun { refusals, user, class: Class::Waiting });
+        let mut report = refused_by(Refused::DryRun { refusals, user, class: Class::Waiting });
         report.executed.dry_run = 2;
         // Nothing is written: the record stays the previous one.
-        let concluded = outcome(&repo, &planned, &report.executed, &report.waited);
+        let concluded = conclude(&repo, &planned, &report.executed, &report.waited);
         assert_eq!(concluded.record, None);
         let status = summarize(&repo, &planned, &report, &epoch());
         assert_eq!(
             (status.last_applied_revision.as_deref(), status.inventory.clone()),
             (Some("abc"), vec![entry("old")])
         );
-        // Every refused object, located, in the outcome and in Applied and Ready.
+        // Every refused object, located, in what was concluded and in Applied and Ready.
         let shown: Vec<String> = concluded.problems.iter().map(ToString::to_string).collect();
         assert_eq!(shown.len(), 2);
         assert!(

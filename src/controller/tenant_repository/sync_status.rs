@@ -19,8 +19,8 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
+use super::concluded::Concluded;
 use super::execute::Executed;
-use super::outcome::Outcome;
 use crate::api::conditions::{
     APPLIED, REASON_APPLY_FAILED, REASON_DRIFT_REPAIRED, REASON_PRUNE_FAILED, REASON_PRUNED, REASON_VALIDATION_FAILED,
     SYNC_STATUS_WRITTEN,
@@ -72,7 +72,7 @@ pub struct Inputs<'a> {
     /// Its status after this reconcile.
     pub status: &'a TenantRepositoryStatus,
     /// What the reconcile concluded (the revision fetched, every located problem, the record).
-    pub outcome: &'a Outcome,
+    pub concluded: &'a Concluded,
     /// What the execution did.
     pub executed: &'a Executed,
     /// The SyncStatus as the watch holds it.
@@ -88,7 +88,7 @@ pub struct Inputs<'a> {
 /// is kept from `previous` when this one changed nothing, and so are the problems when no
 /// revision was evaluated (a failed fetch says nothing new about the tenant's documents).
 pub fn sync_status(inputs: &Inputs) -> SyncStatus {
-    let Inputs { repo, platform_namespace, status, outcome: plan, executed, previous, now } = *inputs;
+    let Inputs { repo, platform_namespace, status, concluded, executed, previous, now } = *inputs;
     let before = previous.and_then(|p| p.status.clone()).unwrap_or_default();
     let mut labels: BTreeMap<String, String> = repo.labels().clone();
     labels.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());
@@ -103,8 +103,8 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     );
     object.metadata.namespace = Some(repo.spec.target_namespace.clone());
     object.metadata.labels = Some(labels);
-    let problems = if plan.fetched_revision.is_some() {
-        located(&tenant_text::problems_for_tenant(&plan.problems))
+    let problems = if concluded.fetched_revision.is_some() {
+        located(&tenant_text::problems_for_tenant(&concluded.problems))
     } else {
         before.problems.clone()
     };
@@ -113,7 +113,7 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     let last_sync = if changed {
         Some(SyncReport {
             time: seconds(now),
-            revision: plan.record.as_ref().map(|r| r.revision.clone()).filter(|r| !r.is_empty()),
+            revision: concluded.record.as_ref().map(|r| r.revision.clone()).filter(|r| !r.is_empty()),
             applied: executed.applied_objects.clone(),
             pruned: executed.pruned_objects.clone(),
             repaired: executed.repaired.clone(),
@@ -342,7 +342,7 @@ mod tests {
     use crate::api::conditions::{READY, REASON_INVALID_POLICY, REASON_SUCCEEDED, STALLED};
     use crate::controller::conditions::Health;
     use crate::controller::conditions::Verdict;
-    use crate::controller::tenant_repository::outcome::outcome;
+    use crate::controller::tenant_repository::concluded::conclude;
     use crate::controller::tenant_repository::plan::{Plan, Record};
     use crate::controller::tenant_repository::report::Report;
     use crate::controller::tenant_repository::summarize::summarize;
@@ -396,12 +396,12 @@ mod tests {
         now: i64,
     ) -> (SyncStatus, TenantRepository) {
         let status = summarize(repo, plan, &Report::default(), &at(now));
-        let outcome = outcome(repo, plan, &Executed::default(), &Waited::default());
+        let concluded = conclude(repo, plan, &Executed::default(), &Waited::default());
         let inputs = Inputs {
             repo,
             platform_namespace: PLATFORM,
             status: &status,
-            outcome: &outcome,
+            concluded: &concluded,
             executed,
             previous,
             now: &at(now),
