@@ -10,7 +10,8 @@
 //!    [`Refused::Apply`] or [`Refused::Prune`], which [`super::concluded`] turns into records that
 //!    keep everything a later reconcile needs.
 //!
-//! Both report into [`Executed`]; the plan is not changed.
+//! Both report into [`Executed`]; the plan is not changed. After them, [`remember`] keeps what was sent for the next
+//! revision, and [`Executed::unsent`] says when the tenant's client could not even be built.
 
 use std::collections::BTreeSet;
 
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 use super::plan::Plan;
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
+use crate::apply::applied::AppliedObjects;
 use crate::apply::refusal::{Refusal, class_of};
 use crate::apply::server_side::service_account_user;
 use crate::apply::{Done, Write, WriteError, Writer, entry_of};
@@ -61,6 +63,13 @@ pub struct DryRun {
     pub send: Option<Vec<Value>>,
     /// What was done so far.
     pub executed: Executed,
+}
+
+impl DryRun {
+    /// Nothing was refused and nothing failed: the apply may go on.
+    pub fn passed(&self) -> bool {
+        self.executed.error.is_none()
+    }
 }
 
 /// What [`dry_run`] and [`apply_and_prune`] did.
@@ -196,6 +205,29 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Pl
         }
     }
     executed
+}
+
+/// Remembers in `applied` (under `key`, the registration) the digests of what was applied, so
+/// that the next revision sends only what it changed; after a failed attempt forgets them, so
+/// that the next one sends the whole set, whatever this one left on the cluster.
+pub fn remember(applied: &AppliedObjects, key: &str, plan: &Plan, executed: &Executed) {
+    match (&executed.error, &plan.digests) {
+        (Some(_), _) => applied.forget(key),
+        (None, Some(digests)) if plan.record.is_some() => applied.remember(key, digests.clone()),
+        (None, _) => {}
+    }
+}
+
+impl Executed {
+    /// The error when the tenant's client could not even be built (the impersonation failed):
+    /// nothing was sent, and the reconcile fails with it before anything is reported. Taken out
+    /// of `self`; `None` for any other outcome.
+    pub fn unsent(&mut self) -> Option<WriteError> {
+        match self.error {
+            Some(WriteError::Impersonate { .. }) => self.error.take(),
+            _ => None,
+        }
+    }
 }
 
 /// The identity of a refused object: the error names its kind, namespace and name, the object

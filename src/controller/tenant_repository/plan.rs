@@ -239,6 +239,7 @@ pub(super) mod tests {
 
     use super::*;
     use crate::api::tenant_repository::TenantRepositoryStatus;
+    use crate::controller::tenant_repository::concluded::conclude;
     use crate::controller::tenant_repository::report::Report;
     use crate::controller::tenant_repository::summarize::summarize;
     use crate::manifests::{self, ApplySet, Content};
@@ -364,7 +365,9 @@ pub(super) mod tests {
         assert!(
             matches!(&plan.health, Some(Health::Stalled { reason, message }) if reason == REASON_VALIDATION_FAILED && message.contains("targets.yaml:1: spec.ip[0]: bad"))
         );
-        let status = summarize(&repo, &plan, &Report::default(), &Time(Timestamp::UNIX_EPOCH));
+        let report = Report::default();
+        let concluded = conclude(&repo, &plan, &report.executed, &report.waited);
+        let status = summarize(&repo, &concluded, &report, &Time(Timestamp::UNIX_EPOCH));
         assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
         assert_eq!(status.last_fetched_revision.as_deref(), Some("def"));
         assert_eq!(status.inventory, [entry("a")]);

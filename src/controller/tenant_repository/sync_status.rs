@@ -8,6 +8,9 @@
 //! controller's watch of SyncStatuses ([`SyncStatuses`]) and sends the write through the one
 //! writer; a failure is returned, never raised: the apply is done already and stays as it is
 //! (it ends in the registration's `SyncStatusWritten` condition, set by [`super::summarize`]).
+//! [`step`] is the reconcile's step: the registration's status it shows is the one
+//! [`summarize`] makes of the report so far, since its own outcome only adds
+//! `SyncStatusWritten`, a condition the SyncStatus leaves out.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,9 +21,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
+use super::Context;
 use super::concluded::Concluded;
 use super::execute::Executed;
+use super::report::Report;
+use super::summarize::summarize;
 use crate::api::conditions::{
     APPLIED, REASON_APPLY_FAILED, REASON_DRIFT_REPAIRED, REASON_PRUNE_FAILED, REASON_PRUNED, REASON_VALIDATION_FAILED,
     SYNC_STATUS_WRITTEN,
@@ -214,6 +221,39 @@ pub fn stale(status: &SyncStatus, platform_namespace: &str, registration: Option
     }
 }
 
+/// The step of a reconcile, after the apply whatever its outcome: the tenant's SyncStatus and
+/// Events ([`update`]) for the registration's status as [`summarize`] makes it of what the
+/// reconcile `concluded` and the `report` so far (the SyncStatus leaves out the one condition
+/// its own outcome sets). A failed write is logged, and returned for `SyncStatusWritten` and a
+/// retry; it never undoes anything. `None` when the controller keeps no SyncStatuses (tests).
+pub async fn step(
+    ctx: &Context,
+    repo: &TenantRepository,
+    namespace: &str,
+    concluded: &Concluded,
+    report: &Report,
+    now: &Time,
+) -> Option<Result<(), String>> {
+    let statuses = ctx.sync_statuses.as_ref()?;
+    let status = summarize(repo, concluded, report, now);
+    let inputs = Inputs {
+        repo,
+        platform_namespace: namespace,
+        status: &status,
+        concluded,
+        executed: &report.executed,
+        previous: None,
+        now,
+    };
+    let written = update(statuses, &ctx.frame.writer, ctx.frame.recorder.as_ref(), inputs)
+        .instrument(tracing::info_span!("sync_status"))
+        .await;
+    if let Err(error) = &written {
+        tracing::warn!(%error, "writing the SyncStatus failed; retried");
+    }
+    Some(written)
+}
+
 /// Writes the SyncStatus of this reconcile when it changed and records the Events it calls for
 /// (regarding the SyncStatus, in the tenant namespace). The error of a failed write is returned
 /// for the registration's conditions; nothing is undone.
@@ -344,8 +384,6 @@ mod tests {
     use crate::controller::conditions::Verdict;
     use crate::controller::tenant_repository::concluded::conclude;
     use crate::controller::tenant_repository::plan::{Plan, Record};
-    use crate::controller::tenant_repository::report::Report;
-    use crate::controller::tenant_repository::summarize::summarize;
     use crate::controller::tenant_repository::wait::Waited;
 
     const PLATFORM: &str = "cdtarget-system";
@@ -395,8 +433,8 @@ mod tests {
         previous: Option<&SyncStatus>,
         now: i64,
     ) -> (SyncStatus, TenantRepository) {
-        let status = summarize(repo, plan, &Report::default(), &at(now));
         let concluded = conclude(repo, plan, &Executed::default(), &Waited::default());
+        let status = summarize(repo, &concluded, &Report::default(), &at(now));
         let inputs = Inputs {
             repo,
             platform_namespace: PLATFORM,
