@@ -10,7 +10,8 @@
 //!    [`Refused::Apply`] or [`Refused::Prune`], which [`super::concluded`] turns into records that
 //!    keep everything a later reconcile needs.
 //!
-//! Both report into [`Executed`]; the plan is not changed. After them, [`remember`] keeps what was sent for the next
+//! Both report into [`Executed`]; the plan is not changed, but for its objects to send, which
+//! [`dry_run`] moves out of it. After them, [`remember`] keeps what was sent for the next
 //! revision, and [`Executed::unsent`] says when the tenant's client could not even be built.
 
 use std::collections::BTreeSet;
@@ -101,10 +102,11 @@ pub struct Executed {
 /// Chooses what to send and dry-runs it as the tenant of `repo`, before anything is written
 /// (the intent record included). On an unchanged revision and set only the objects that
 /// drifted are sent, so only they are dry-run (a cycle with no drift sends nothing at all).
+/// The objects are moved out of `plan.apply` (a set is not copied), into [`DryRun::send`].
 #[tracing::instrument(name = "dry_run", skip_all)]
-pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> DryRun {
+pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &mut Plan) -> DryRun {
     let mut executed = Executed::default();
-    let mut send = plan.apply.clone();
+    let mut send = plan.apply.take();
     if send.is_none() {
         return DryRun { send, executed };
     }
@@ -150,7 +152,8 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> D
     match checked {
         Ok(refused) if refused.is_empty() => {}
         Ok(mut refused) => {
-            let refusals: Vec<Refusal> = refused.iter().map(|e| Refusal::of(entry(objects, e), &e.source)).collect();
+            let sent = || objects.iter().filter_map(entry_of);
+            let refusals: Vec<Refusal> = refused.iter().map(|e| Refusal::of(entry(sent(), e), &e.source)).collect();
             executed.refused_objects = refusals.iter().map(|r| r.entry.clone()).collect();
             executed.repaired.clear();
             let class = class_of(&refusals);
@@ -171,18 +174,17 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Pl
         return executed;
     }
     let user = service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
-    if let Some(objects) = send.clone() {
+    if let Some(objects) = send {
+        let sent: Vec<InventoryEntry> = objects.iter().filter_map(entry_of).collect();
         match writer.execute(Write::TenantApply { user: user.clone(), objects }).await {
             Ok(Done::Objects(applied)) => {
                 executed.applied = applied;
-                executed.applied_objects = send.iter().flatten().filter_map(entry_of).collect();
+                executed.applied_objects = sent;
             }
             Ok(_) => {}
             Err(e) => {
                 let refusal = match &e {
-                    WriteError::Refused(refused) => {
-                        Some(Refusal::of(entry(send.as_deref().unwrap_or_default(), refused), &refused.source))
-                    }
+                    WriteError::Refused(refused) => Some(Refusal::of(entry(sent, refused), &refused.source)),
                     WriteError::Impersonate { .. } => None,
                 };
                 executed.refused =
@@ -232,11 +234,14 @@ impl Executed {
 
 /// The identity of a refused object: the error names its kind, namespace and name, the object
 /// sent its `apiVersion` (the loader allows one object per group, kind and name).
-fn entry(sent: &[serde_json::Value], refused: &crate::apply::server_side::ApplyError) -> InventoryEntry {
+fn entry(
+    sent: impl IntoIterator<Item = InventoryEntry>,
+    refused: &crate::apply::server_side::ApplyError,
+) -> InventoryEntry {
     let named = |entry: &InventoryEntry| {
         entry.kind == refused.kind && entry.namespace == refused.namespace && entry.name == refused.name
     };
-    sent.iter().filter_map(entry_of).find(named).unwrap_or_else(|| InventoryEntry {
+    sent.into_iter().find(named).unwrap_or_else(|| InventoryEntry {
         api_version: String::new(),
         kind: refused.kind.clone(),
         namespace: refused.namespace.clone(),

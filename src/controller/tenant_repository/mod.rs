@@ -304,9 +304,9 @@ async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace:
     // 4. The webhook's receiver path.
     report.webhook_path = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
     // 5. Plan: the decision, sending only what changed since this process applied last.
-    let plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
+    let mut plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
     // 6. Dry run, all or nothing: a refusal leaves no intent, no apply and no prune.
-    let dry_run = execute::dry_run(writer, &repo, &plan).await;
+    let dry_run = execute::dry_run(writer, &repo, &mut plan).await;
     // 7. Record intent, write-ahead: what the apply may create is in the inventory first.
     intent::record(writer, &namespace, &repo, &plan, &dry_run).await?;
     // 8. Commit status `pending` on the revision, before it is applied.

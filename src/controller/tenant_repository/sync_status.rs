@@ -269,7 +269,7 @@ pub async fn update(
     let key = ObjectRef::<SyncStatus>::new(&inputs.repo.name_any()).within(&inputs.repo.spec.target_namespace);
     let previous = statuses.store.get(&key);
     let inputs = Inputs { previous: previous.as_deref(), ..inputs };
-    let next = sync_status(&inputs);
+    let mut next = sync_status(&inputs);
     let (written, written_uid) = match changes(previous.as_deref(), &next) {
         Some(write) => match writer.execute(write).await {
             Ok(Done::SyncStatusWritten { uid }) => (Ok(()), uid),
@@ -278,13 +278,12 @@ pub async fn update(
         },
         None => (Ok(()), None),
     };
-    // The Events regard the SyncStatus; one created by this very reconcile is not in the
-    // watch's store yet, so its uid is the write's.
-    let mut regarding = SyncStatus::new(&next.name_any(), next.spec.clone());
-    regarding.metadata.namespace = next.namespace();
-    regarding.metadata.uid = previous.as_ref().and_then(|p| p.uid()).or(written_uid);
-    for notice in notices(previous.as_deref(), &next, inputs.executed) {
-        events::publish(recorder, &regarding, Some(notice)).await;
+    // The Events regard the SyncStatus (its reference: kind, namespace, name, uid); one created
+    // by this very reconcile is not in the watch's store yet, so its uid is the write's.
+    let notices = notices(previous.as_deref(), &next, inputs.executed);
+    next.metadata.uid = previous.as_ref().and_then(|p| p.uid()).or(written_uid);
+    for notice in notices {
+        events::publish(recorder, &next, Some(notice)).await;
     }
     written
 }
