@@ -287,15 +287,19 @@ mod tests {
     #[test]
     fn the_registrations_sync_status_condition_is_only_there_while_the_write_fails() {
         let repo = repo(true, None);
-        let planned = crate::controller::tenant_repository::plan::Plan::default();
+        let planned = Plan::default();
+        // Without a SyncStatus (a controller that keeps none): the conditions the rest makes.
+        let others = summarized(&repo, &planned, &Report::default()).conditions;
         let report = Report { sync_status: Some(Err("syncstatuses is forbidden".into())), ..Report::default() };
         let status = summarized(&repo, &planned, &report);
         let condition = status.conditions.iter().find(|c| c.type_ == SYNC_STATUS_WRITTEN).unwrap();
         assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", REASON_WRITE_FAILED));
+        let untouched: Vec<_> = status.conditions.iter().filter(|c| c.type_ != SYNC_STATUS_WRITTEN).cloned().collect();
+        assert_eq!(untouched, others, "a failed write adds its condition and touches no other");
         let repo = repo.with_status(status);
         let report = Report { sync_status: Some(Ok(())), ..Report::default() };
         let status = summarized(&repo, &planned, &report);
-        assert!(!status.conditions.iter().any(|c| c.type_ == SYNC_STATUS_WRITTEN));
+        assert_eq!(status.conditions, others, "a write that succeeds again removes its condition alone");
     }
 
     #[test]
