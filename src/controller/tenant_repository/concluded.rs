@@ -2,7 +2,7 @@
 //! problems after what the later steps found. A refusal of the dry run, the apply or the prune
 //! ([`Refused`]) fails `Applied` and `Ready` and keeps every record a later reconcile needs; the
 //! health check ([`Waited`]) decides `Ready` of what was applied. A pure function, run once per
-//! reconcile; [`super::summarize`] makes the status and the requeue of it, and the commit status
+//! reconcile; [`super::summarize()`] makes the status and the requeue of it, and the commit status
 //! verdict and the tenant's SyncStatus read it.
 
 use std::time::Duration;

@@ -7,12 +7,12 @@
 //! the step that needs it:
 //!
 //! 1. [`cleanup`]: a registration being deleted takes its own path, and nothing below runs;
-//! 2. [`gitlab::prepare`]: our finalizer and the key pair Secret, before the fetch needs them
+//! 2. [`gitlab::prepare()`]: our finalizer and the key pair Secret, before the fetch needs them
 //!    (a failure is reported by step 13, never stops the Git apply);
 //! 3. [`observe`]: read the registration's settings, its Secrets ([`secrets`]), the fetch, the
 //!    policy and the load ([`load`]);
 //! 4. [`observe::read_webhook_path`]: the receiver path of the registration's webhook;
-//! 5. [`plan`]: decide, a pure function over what was read ([`Plan`], the decision only), then
+//! 5. [`plan()`]: decide, a pure function over what was read ([`Plan`], the decision only), then
 //!    [`Plan::skip_unchanged`] with what this process applied last (`Context::applied`);
 //! 6. [`execute::dry_run`]: server-side dry-run what is to be sent, as the tenant;
 //! 7. [`intent::record`]: write ahead into the inventory what the apply may create;
@@ -28,9 +28,9 @@
 //!     apply and the health check, computed once for the steps below;
 //! 15. [`gitlab::verdict`]: the commit status `success` or `failed`;
 //! 16. [`sync_status::step`]: the tenant's SyncStatus and Warning Events. It shows the status
-//!     [`summarize`] makes of the report so far: the only condition its own outcome sets,
+//!     [`summarize()`] makes of the report so far: the only condition its own outcome sets,
 //!     `SyncStatusWritten`, is one the SyncStatus leaves out;
-//! 17. [`summarize`]: every condition and the status, a pure function of what was concluded and
+//! 17. [`summarize()`]: every condition and the status, a pure function of what was concluded and
 //!     the report;
 //! 18. [`Frame::finish`]: the one status write, then readiness and the Event of a change of
 //!     `Ready` (the frame both reconcilers share);
@@ -43,8 +43,8 @@
 //! [`super::tenant_text`]'s allow-list. Nothing is lost on failure: a fetch, load or validation
 //! failure applies and prunes nothing, and the status keeps the last applied revision and the
 //! inventory. Objects new to the inventory are recorded in it before they are applied
-//! ([`Plan::intent`], step 7), so an apply cut short by a crash or a lost Lease leaves nothing a later
-//! prune cannot see.
+//! ([`Plan::intent`], step 7), so an apply cut short by a crash or a lost Lease leaves nothing a
+//! later prune cannot see.
 
 pub mod cleanup;
 pub mod concluded;

@@ -1,5 +1,5 @@
 //! What the steps of one reconcile found, each in its own field, filled in the order
-//! [`super::reconcile`] runs them; [`super::summarize`] turns it (with what the reconcile
+//! [`super::reconcile`] runs them; [`super::summarize()`] turns it (with what the reconcile
 //! concluded, [`super::concluded`]) into every condition and the status, and the requeue.
 
 use super::execute::Executed;

@@ -105,10 +105,10 @@ pub fn summarize(
 }
 
 /// When to reconcile again: the plan's requeue (or the failed apply's, or the health check's, as
-/// `concluded` holds it), brought forward by every step that needs to come back sooner: a transient GitLab
-/// or commit status failure, a failed SyncStatus write, and a failed fetch in the pass that just
-/// put the deploy key on GitLab (the first fetch of a new registration runs before its key is
-/// registered). `None` waits for a change of the registration.
+/// `concluded` holds it), brought forward by every step that needs to come back sooner: a
+/// transient GitLab or commit status failure, a failed SyncStatus write, and a failed fetch in
+/// the pass that just put the deploy key on GitLab (the first fetch of a new registration runs
+/// before its key is registered). `None` waits for a change of the registration.
 pub fn requeue(concluded: &Concluded, report: &Report) -> Option<Duration> {
     let fetch_failed = concluded.source_ready.as_ref().is_some_and(|v| !v.ok);
     let key_just_registered = report.gitlab.as_ref().is_some_and(|s| s.changed && s.verdict.ok);

@@ -7,7 +7,7 @@
 //! its registration or its target namespace). [`update`] reads the previous object from the
 //! controller's watch of SyncStatuses ([`SyncStatuses`]) and sends the write through the one
 //! writer; a failure is returned, never raised: the apply is done already and stays as it is
-//! (it ends in the registration's `SyncStatusWritten` condition, set by [`super::summarize`]).
+//! (it ends in the registration's `SyncStatusWritten` condition, set by [`super::summarize()`]).
 //! [`step`] is the reconcile's step: the registration's status it shows is the one
 //! [`summarize`] makes of the report so far, since its own outcome only adds
 //! `SyncStatusWritten`, a condition the SyncStatus leaves out.

@@ -21,7 +21,7 @@ pub fn rotation_due(repo: &TenantRepository, secret: &Secret) -> Option<String> 
 }
 
 /// After the apply, whatever its outcome: syncs key and hook (rotating the key first when asked)
-/// and says what to report; when [`super::prepare`] failed (`prepared`), or a read or write in
+/// and says what to report; when [`super::prepare()`] failed (`prepared`), or a read or write in
 /// the cluster fails here, that failure instead ([`cluster_failed`]). `None` for a registration
 /// without `spec.gitlab`.
 pub async fn sync(
