@@ -1,6 +1,6 @@
 //! The deletion path of a TenantRepository, apart from the reconcile from its first line (as
 //! kube-runtime's `finalizer` splits apply and cleanup): a registration being deleted that holds
-//! our finalizer has its deploy key and webhook removed from GitLab ([`super::gitlab::cleanup`]),
+//! our finalizer has its deploy key and webhook removed from GitLab ([`super::gitlab::cleanup()`]),
 //! or left there by the escape hatch (an Event names what is left behind), and is then released.
 //! While GitLab refuses, the finalizer stays and `GitLabSynced=False`, `CleanupPending` says why
 //! (the status written here, the only write of this path). Nothing of the tenant's set is

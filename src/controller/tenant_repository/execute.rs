@@ -4,13 +4,15 @@
 //! 1. [`dry_run`]: what is to be sent (after a new revision or a changed set, the objects it
 //!    changed, or the whole set when this process has not applied it before; only what drifted
 //!    when the revision and set are unchanged) is server-side dry-run as the tenant.
-//!    Any refusal is [`Failed::DryRun`]: nothing is written at all.
+//!    Any refusal is [`Refused::DryRun`]: nothing is written at all.
 //! 2. [`apply_and_prune`]: the objects in order, then the deletion of what left Git. A refusal
 //!    here (the dry run passed, but a quota, a conflict or a permission changed in between) is
-//!    [`Failed::Apply`] or [`Failed::Prune`], which [`super::outcome`] turns into records that
+//!    [`Refused::Apply`] or [`Refused::Prune`], which [`super::concluded`] turns into records that
 //!    keep everything a later reconcile needs.
 //!
-//! Both report into [`Executed`]; the plan is not changed.
+//! Both report into [`Executed`]; the plan is not changed, but for its objects to send, which
+//! [`dry_run`] moves out of it. After them, [`remember`] keeps what was sent for the next
+//! revision, and [`Executed::unsent`] says when the tenant's client could not even be built.
 
 use std::collections::BTreeSet;
 
@@ -18,14 +20,15 @@ use serde_json::Value;
 
 use super::plan::Plan;
 use crate::api::tenant_repository::{InventoryEntry, TenantRepository};
+use crate::apply::applied::AppliedObjects;
 use crate::apply::refusal::{Refusal, class_of};
 use crate::apply::server_side::service_account_user;
 use crate::apply::{Done, Write, WriteError, Writer, entry_of};
 use crate::error::{Class, Classify};
 
-/// A refusal that turns the plan's verdict (see [`super::outcome`]).
+/// What the API server refused, which turns the plan's verdict (see [`super::concluded`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failed {
+pub enum Refused {
     /// The server-side dry run refused `refusals` (as `user`): nothing was written.
     DryRun {
         /// Every refused object.
@@ -63,6 +66,13 @@ pub struct DryRun {
     pub executed: Executed,
 }
 
+impl DryRun {
+    /// Nothing was refused and nothing failed: the apply may go on.
+    pub fn passed(&self) -> bool {
+        self.executed.error.is_none()
+    }
+}
+
 /// What [`dry_run`] and [`apply_and_prune`] did.
 #[derive(Debug, Default)]
 pub struct Executed {
@@ -79,21 +89,24 @@ pub struct Executed {
     /// Objects sent in the server-side dry run before the apply.
     pub dry_run: usize,
     /// The objects the dry run refused (nothing was written then).
-    pub refused: Vec<InventoryEntry>,
-    /// The refusal that stopped it, if one did (the first one, when the dry run refused several).
-    pub failure: Option<WriteError>,
-    /// How that refusal turns the plan's verdict; `None` when nothing was refused, or when the
-    /// dry run could not be sent at all (the error alone then fails the reconcile).
-    pub failed: Option<Failed>,
+    pub refused_objects: Vec<InventoryEntry>,
+    /// The error that stopped it, if one did (the first refusal, when the dry run refused
+    /// several); it fails the reconcile.
+    pub error: Option<WriteError>,
+    /// What was refused, as [`super::concluded`] turns it into the verdicts; `None` when nothing
+    /// was refused, or when the dry run could not be sent at all (the error alone then fails the
+    /// reconcile).
+    pub refused: Option<Refused>,
 }
 
 /// Chooses what to send and dry-runs it as the tenant of `repo`, before anything is written
 /// (the intent record included). On an unchanged revision and set only the objects that
 /// drifted are sent, so only they are dry-run (a cycle with no drift sends nothing at all).
+/// The objects are moved out of `plan.apply` (a set is not copied), into [`DryRun::send`].
 #[tracing::instrument(name = "dry_run", skip_all)]
-pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> DryRun {
+pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &mut Plan) -> DryRun {
     let mut executed = Executed::default();
-    let mut send = plan.apply.clone();
+    let mut send = plan.apply.take();
     if send.is_none() {
         return DryRun { send, executed };
     }
@@ -112,7 +125,7 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> D
         let drifted = match drifted {
             Ok(drifted) => drifted,
             Err(e) => {
-                executed.failure = Some(e);
+                executed.error = Some(e);
                 return DryRun { send: None, executed };
             }
         };
@@ -139,14 +152,15 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> D
     match checked {
         Ok(refused) if refused.is_empty() => {}
         Ok(mut refused) => {
-            let refusals: Vec<Refusal> = refused.iter().map(|e| Refusal::of(entry(objects, e), &e.source)).collect();
-            executed.refused = refusals.iter().map(|r| r.entry.clone()).collect();
+            let sent = || objects.iter().filter_map(entry_of);
+            let refusals: Vec<Refusal> = refused.iter().map(|e| Refusal::of(entry(sent(), e), &e.source)).collect();
+            executed.refused_objects = refusals.iter().map(|r| r.entry.clone()).collect();
             executed.repaired.clear();
             let class = class_of(&refusals);
-            executed.failed = Some(Failed::DryRun { refusals, user, class });
-            executed.failure = Some(WriteError::Refused(Box::new(refused.remove(0))));
+            executed.refused = Some(Refused::DryRun { refusals, user, class });
+            executed.error = Some(WriteError::Refused(Box::new(refused.remove(0))));
         }
-        Err(e) => executed.failure = Some(e),
+        Err(e) => executed.error = Some(e),
     }
     DryRun { send, executed }
 }
@@ -156,27 +170,26 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &Plan) -> D
 #[tracing::instrument(name = "execute", skip_all)]
 pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Plan, checked: DryRun) -> Executed {
     let DryRun { send, mut executed } = checked;
-    if executed.failure.is_some() || (send.is_none() && plan.prune.is_empty()) {
+    if executed.error.is_some() || (send.is_none() && plan.prune.is_empty()) {
         return executed;
     }
     let user = service_account_user(&repo.spec.target_namespace, &repo.spec.service_account_name);
-    if let Some(objects) = send.clone() {
+    if let Some(objects) = send {
+        let sent: Vec<InventoryEntry> = objects.iter().filter_map(entry_of).collect();
         match writer.execute(Write::TenantApply { user: user.clone(), objects }).await {
             Ok(Done::Objects(applied)) => {
                 executed.applied = applied;
-                executed.applied_objects = send.iter().flatten().filter_map(entry_of).collect();
+                executed.applied_objects = sent;
             }
             Ok(_) => {}
             Err(e) => {
                 let refusal = match &e {
-                    WriteError::Refused(refused) => {
-                        Some(Refusal::of(entry(send.as_deref().unwrap_or_default(), refused), &refused.source))
-                    }
+                    WriteError::Refused(refused) => Some(Refusal::of(entry(sent, refused), &refused.source)),
                     WriteError::Impersonate { .. } => None,
                 };
-                executed.failed =
-                    Some(Failed::Apply { message: format!("{e} (as {user})"), class: e.class(), refusal });
-                executed.failure = Some(e);
+                executed.refused =
+                    Some(Refused::Apply { message: format!("{e} (as {user})"), class: e.class(), refusal });
+                executed.error = Some(e);
                 return executed;
             }
         }
@@ -188,21 +201,47 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Pl
                 executed.pruned_objects = plan.prune.clone();
             }
             Err(e) => {
-                executed.failed = Some(Failed::Prune { message: format!("{e} (as {user})"), class: e.class() });
-                executed.failure = Some(e);
+                executed.refused = Some(Refused::Prune { message: format!("{e} (as {user})"), class: e.class() });
+                executed.error = Some(e);
             }
         }
     }
     executed
 }
 
+/// Remembers in `applied` (under `key`, the registration) the digests of what was applied, so
+/// that the next revision sends only what it changed; after a failed attempt forgets them, so
+/// that the next one sends the whole set, whatever this one left on the cluster.
+pub fn remember(applied: &AppliedObjects, key: &str, plan: &Plan, executed: &Executed) {
+    match (&executed.error, &plan.digests) {
+        (Some(_), _) => applied.forget(key),
+        (None, Some(digests)) if plan.record.is_some() => applied.remember(key, digests.clone()),
+        (None, _) => {}
+    }
+}
+
+impl Executed {
+    /// The error when the tenant's client could not even be built (the impersonation failed):
+    /// nothing was sent, and the reconcile fails with it before anything is reported. Taken out
+    /// of `self`; `None` for any other outcome.
+    pub fn unsent(&mut self) -> Option<WriteError> {
+        match self.error {
+            Some(WriteError::Impersonate { .. }) => self.error.take(),
+            _ => None,
+        }
+    }
+}
+
 /// The identity of a refused object: the error names its kind, namespace and name, the object
 /// sent its `apiVersion` (the loader allows one object per group, kind and name).
-fn entry(sent: &[serde_json::Value], refused: &crate::apply::server_side::ApplyError) -> InventoryEntry {
+fn entry(
+    sent: impl IntoIterator<Item = InventoryEntry>,
+    refused: &crate::apply::server_side::ApplyError,
+) -> InventoryEntry {
     let named = |entry: &InventoryEntry| {
         entry.kind == refused.kind && entry.namespace == refused.namespace && entry.name == refused.name
     };
-    sent.iter().filter_map(entry_of).find(named).unwrap_or_else(|| InventoryEntry {
+    sent.into_iter().find(named).unwrap_or_else(|| InventoryEntry {
         api_version: String::new(),
         kind: refused.kind.clone(),
         namespace: refused.namespace.clone(),

@@ -2,41 +2,57 @@
 //! tenancy rules, server-side apply them as the tenant's ServiceAccount, record the inventory,
 //! prune what left Git, sync the GitLab deploy key and webhook, and write status once.
 //!
-//! [`reconcile`] is the list of steps, in order, each in a file named for it, each returning
-//! its outcome into one [`Report`]:
+//! [`reconcile`] runs the steps in order (`reconcile_in`, whose comments carry these numbers),
+//! each in a file named for it, each returning its outcome into one [`Report`] or handing it to
+//! the step that needs it:
 //!
-//! 1. [`observe`]: read the registration's settings, its Secrets ([`secrets`]), the fetch, the
+//! 1. [`cleanup`]: a registration being deleted takes its own path, and nothing below runs;
+//! 2. [`gitlab::prepare()`]: our finalizer and the key pair Secret, before the fetch needs them
+//!    (a failure is reported by step 13, never stops the Git apply);
+//! 3. [`observe`]: read the registration's settings, its Secrets ([`secrets`]), the fetch, the
 //!    policy and the load ([`load`]);
-//! 2. [`plan`]: decide, a pure function over what was read ([`Plan`], the decision only);
-//! 3. [`execute::dry_run`]: server-side dry-run what is to be sent, as the tenant;
-//! 4. [`intent::record`]: write ahead into the inventory what the apply may create;
-//! 5. [`gitlab::pending`]: the commit status `pending` on the revision;
-//! 6. [`execute::apply_and_prune`]: apply and prune through the one writer;
-//! 7. [`wait`]: with `spec.wait`, the health of what was applied;
-//! 8. [`gitlab::sync`]: the deploy key and webhook on GitLab;
-//! 9. [`gitlab::verdict`]: the commit status `success` or `failed`;
-//! 10. [`sync_status`]: the tenant's SyncStatus and Warning Events;
-//! 11. [`summarize`]: every condition and the status, a pure function of the plan and the
-//!     report ([`outcome`] is what they concluded);
-//! 12. [`Frame::finish`]: the one status write, then readiness and the Event of a change of
+//! 4. [`observe::read_webhook_path`]: the receiver path of the registration's webhook;
+//! 5. [`plan()`]: decide, a pure function over what was read ([`Plan`], the decision only), then
+//!    [`Plan::skip_unchanged`] with what this process applied last (`Context::applied`);
+//! 6. [`execute::dry_run`]: server-side dry-run what is to be sent, as the tenant;
+//! 7. [`intent::record`]: write ahead into the inventory what the apply may create;
+//! 8. [`gitlab::pending`]: the commit status `pending` on the revision;
+//! 9. [`execute::apply_and_prune`]: apply and prune through the one writer;
+//! 10. [`execute::remember`]: what was applied is remembered for the next revision, or forgotten
+//!     after a failed attempt (the next one sends the whole set);
+//! 11. [`execute::Executed::unsent`]: when the tenant's client could not even be built, nothing
+//!     was sent and the reconcile fails here, reporting nothing;
+//! 12. [`wait`]: with `spec.wait`, the health of what was applied;
+//! 13. [`gitlab::sync`]: the deploy key and webhook on GitLab (or step 2's failure);
+//! 14. [`concluded::conclude`]: what the reconcile concluded, a pure function of the plan, the
+//!     apply and the health check, computed once for the steps below;
+//! 15. [`gitlab::verdict`]: the commit status `success` or `failed`;
+//! 16. [`sync_status::step`]: the tenant's SyncStatus and Warning Events. It shows the status
+//!     [`summarize()`] makes of the report so far: the only condition its own outcome sets,
+//!     `SyncStatusWritten`, is one the SyncStatus leaves out;
+//! 17. [`summarize()`]: every condition and the status, a pure function of what was concluded and
+//!     the report;
+//! 18. [`Frame::finish`]: the one status write, then readiness and the Event of a change of
 //!     `Ready` (the frame both reconcilers share);
-//! 13. the observer of what was applied.
+//! 19. `Context::tell_observer`: the observer of what was applied ([`ApplyReport`]);
+//! 20. the result: the apply's error ([`error_policy`] requeues it by its class), or the
+//!     requeue every step asks for ([`summarize::requeue`]).
 //!
 //! Deletion is its own path ([`cleanup`]), and all GitLab work is in [`gitlab`], one entry per
 //! phase. What the tenant reads of it all (their SyncStatus, Events, GitLab texts) passes
 //! [`super::tenant_text`]'s allow-list. Nothing is lost on failure: a fetch, load or validation
 //! failure applies and prunes nothing, and the status keeps the last applied revision and the
 //! inventory. Objects new to the inventory are recorded in it before they are applied
-//! ([`Plan::intent`]), so an apply cut short by a crash or a lost Lease leaves nothing a later
-//! prune cannot see.
+//! ([`Plan::intent`], step 7), so an apply cut short by a crash or a lost Lease leaves nothing a
+//! later prune cannot see.
 
 pub mod cleanup;
+pub mod concluded;
 pub mod execute;
 pub mod gitlab;
 pub mod intent;
 pub mod load;
 pub mod observe;
-pub mod outcome;
 pub mod plan;
 pub mod report;
 pub mod secrets;
@@ -53,7 +69,7 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
-use crate::api::tenant_repository::{TenantRepository, TenantRepositorySpec};
+use crate::api::tenant_repository::{TenantRepository, TenantRepositorySpec, TenantRepositoryStatus};
 use crate::apply::WriteError;
 use crate::apply::applied::AppliedObjects;
 use crate::controller::frame::{Frame, Framed};
@@ -163,6 +179,21 @@ impl Context {
     fn gitlab_inputs<'a>(&'a self, secrets: &'a SecretReads) -> gitlab::Inputs<'a> {
         gitlab::Inputs { settings: self.gitlab.as_ref(), writer: &self.frame.writer, secrets }
     }
+
+    /// Tells the observer (if any) what the reconcile of registration `key` did and what its
+    /// inventory holds afterwards (`status`), and returns it.
+    fn tell_observer(&self, key: String, executed: &execute::Executed, status: &TenantRepositoryStatus) -> ApplyReport {
+        let applied = ApplyReport {
+            registration: key,
+            applied: executed.applied,
+            pruned: executed.pruned,
+            managed: status.inventory.len(),
+        };
+        if let Some(observer) = &self.observer {
+            observer(&applied);
+        }
+        applied
+    }
 }
 
 impl Framed for Context {
@@ -237,8 +268,8 @@ pub fn error_policy(repo: Arc<TenantRepository>, error: &Error, _ctx: Arc<Contex
     Action::requeue(apply_schedule(interval).settle(error.class()).requeue)
 }
 
-/// Reconciles one TenantRepository: observe, plan, execute, the GitLab step, status (see the
-/// module documentation).
+/// Reconciles one TenantRepository: the steps the module documentation lists, in a span that
+/// names the registration (and the revision, once fetched).
 pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = repo.name_any();
     let namespace = repo.namespace().ok_or_else(|| Error::NotNamespaced(name.clone()))?;
@@ -253,108 +284,64 @@ pub async fn reconcile(repo: Arc<TenantRepository>, ctx: Arc<Context>) -> Result
     reconcile_in(repo, ctx, namespace).instrument(span).await
 }
 
-/// The steps of one reconcile, in order (see the module documentation).
+/// The steps of one reconcile, in order, numbered as the module documentation lists them.
 async fn reconcile_in(repo: Arc<TenantRepository>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
-    let name = repo.name_any();
-    let key = format!("{namespace}/{name}");
+    let key = format!("{namespace}/{}", repo.name_any());
     let secrets = SecretReads::new(ctx.frame.writer.client(), &namespace);
+    let writer = &ctx.frame.writer;
+    // 1. Deletion is its own path: nothing below runs.
     if let Some(deletion) = cleanup::deletion_of(&repo) {
         let inputs = ctx.gitlab_inputs(&secrets);
         return Ok(cleanup::cleanup(&repo, &namespace, inputs, ctx.frame.recorder.as_ref(), deletion).await?);
     }
     let mut report = Report::default();
-    // Finalizer and key pair Secret: a failure here is reported by the sync phase below (the
-    // finalizer is added again on every pass), never stops the Git apply.
+    // 2. GitLab prepare: finalizer and key pair Secret, before the fetch needs them; a failure
+    // is reported by step 13, never stops the Git apply.
     let prepared = gitlab::prepare(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await;
-
-    // 1. Observe.
+    // 3. Observe (the revision fetched goes on the reconcile's span).
     let observed = observe::observe(&repo, &namespace, &ctx, &secrets).await?;
-    if let Some(revision) = observed.revision() {
-        tracing::Span::current().record("revision", revision);
-    }
+    tracing::Span::current().record("revision", observed.revision());
+    // 4. The webhook's receiver path.
     report.webhook_path = observe::read_webhook_path(&secrets, &namespace, &repo).await?;
-    // 2. Plan.
-    let plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
-    // 3. Dry run. All or nothing: what is to be sent is server-side dry-run as the tenant before
-    // anything is written; a refusal leaves no intent, no apply and no prune.
-    let checked = execute::dry_run(&ctx.frame.writer, &repo, &plan).await;
-    // 4. Record intent. Write-ahead: what the apply may create is in the inventory before it is
-    // created, or nothing is applied (the reconcile fails and is retried).
-    if let (Some(intent), None) = (&plan.intent, &checked.executed.failure) {
-        intent::record(&ctx.frame.writer, &namespace, &repo, intent)
-            .instrument(tracing::info_span!("intent"))
-            .await
-            .map_err(Error::Status)?;
-    }
-    // 5. Commit status pending: GitLab shows it on the revision before it is applied (a failure
-    // only shows in `CommitStatusPosted`).
+    // 5. Plan: the decision, sending only what changed since this process applied last.
+    let mut plan = plan::plan(&repo, observed, jitter(&repo.spec)).skip_unchanged(ctx.applied.get(&key).as_deref());
+    // 6. Dry run, all or nothing: a refusal leaves no intent, no apply and no prune.
+    let dry_run = execute::dry_run(writer, &repo, &mut plan).await;
+    // 7. Record intent, write-ahead: what the apply may create is in the inventory first.
+    intent::record(writer, &namespace, &repo, &plan, &dry_run).await?;
+    // 8. Commit status `pending` on the revision, before it is applied.
     let pending = gitlab::pending(&repo, &namespace, ctx.gitlab.as_ref(), &plan).await;
-    // 6. Apply and prune.
-    report.executed = execute::apply_and_prune(&ctx.frame.writer, &repo, &plan, checked).await;
-    match (&report.executed.failure, &plan.digests) {
-        // Whatever a failed attempt left on the cluster, the next one sends the whole set.
-        (Some(_), _) => ctx.applied.forget(&key),
-        (None, Some(digests)) if plan.record.is_some() => ctx.applied.remember(&key, digests.clone()),
-        (None, _) => {}
+    // 9. Apply and prune.
+    report.executed = execute::apply_and_prune(writer, &repo, &plan, dry_run).await;
+    // 10. Remember what was applied, or forget it after a failed attempt.
+    execute::remember(&ctx.applied, &key, &plan, &report.executed);
+    // 11. The tenant's client could not even be built: nothing was sent, nothing is reported.
+    if let Some(error) = report.executed.unsent() {
+        return Err(Error::Apply(error));
     }
-    // The tenant's client could not even be built: nothing was sent, nothing is reported.
-    if let Some(WriteError::Impersonate { .. }) = &report.executed.failure {
-        return Err(Error::Apply(report.executed.failure.take().expect("matched above")));
-    }
-    // 7. Wait for health (spec.wait): Ready only once what was applied is healthy (kstatus).
-    report.waited = wait::wait(&ctx.frame.writer, &repo, &plan, &report.executed, Timestamp::now()).await;
-    // 8. GitLab keys and hooks, after the apply and whatever its outcome: a GitLab failure never
-    // blocks or undoes it.
-    let synced = match prepared {
-        Ok(()) => gitlab::sync(&repo, &namespace, ctx.gitlab_inputs(&secrets)).await,
-        Err(e) => Err(e),
-    };
-    report.gitlab = synced.unwrap_or_else(|e| Some(gitlab::cluster_failed(&e)));
-    // 9. Commit status verdict on what the reconcile concluded.
-    let concluded = outcome::outcome(&repo, &plan, &report.executed, &report.waited);
+    // 12. Wait for health (spec.wait).
+    report.waited = wait::wait(writer, &repo, &plan, &report.executed, Timestamp::now()).await;
+    // 13. GitLab keys and hooks, whatever the apply did; never blocks or undoes it.
+    report.gitlab = gitlab::sync(&repo, &namespace, ctx.gitlab_inputs(&secrets), prepared).await;
+    // 14. Conclude, once: what the plan comes to after the apply and the health check.
+    let concluded = concluded::conclude(&repo, &plan, &report.executed, &report.waited);
+    // 15. Commit status verdict on what was concluded.
     report.commit_status = gitlab::verdict(pending, &repo, ctx.gitlab.as_ref(), &concluded).await;
+    // 16. The tenant's SyncStatus and Events, whatever the apply did; never undoes it.
     let now = Time(Timestamp::now());
-    // 10. The tenant's SyncStatus and Events, after the apply whatever its outcome; a failed
-    // write is reported in the registration's conditions and retried, never undoes anything.
-    if let Some(sync_statuses) = &ctx.sync_statuses {
-        let status = summarize(&repo, &plan, &report, &now);
-        let inputs = sync_status::Inputs {
-            repo: &repo,
-            platform_namespace: &namespace,
-            status: &status,
-            outcome: &concluded,
-            executed: &report.executed,
-            previous: None,
-            now: &now,
-        };
-        let written = sync_status::update(sync_statuses, &ctx.frame.writer, ctx.frame.recorder.as_ref(), inputs)
-            .instrument(tracing::info_span!("sync_status"))
-            .await;
-        if let Err(error) = &written {
-            tracing::warn!(%error, "writing the SyncStatus failed; retried");
-        }
-        report.sync_status = Some(written);
-    }
-    // 11. Summarize: every condition and the status, once.
-    let status = summarize(&repo, &plan, &report, &now);
-    // 12. Write status, once; then readiness and the Event of a change of `Ready`.
+    report.sync_status = sync_status::step(&ctx, &repo, &namespace, &concluded, &report, &now).await;
+    // 17. Summarize: every condition and the status.
+    let status = summarize(&repo, &concluded, &report, &now);
+    // 18. Write status, once; then readiness and the Event of a change of `Ready`.
     ctx.frame.finish(repo.as_ref(), &namespace, &status, repo.spec.suspend).await.map_err(Error::Status)?;
-    // 13. The observer of what was applied.
-    let applied = ApplyReport {
-        registration: key,
-        applied: report.executed.applied,
-        pruned: report.executed.pruned,
-        managed: status.inventory.len(),
-    };
-    if let Some(observer) = &ctx.observer {
-        observer(&applied);
-    }
-    let requeue = summarize::requeue(&repo, &plan, &report);
-    if let Some(e) = report.executed.failure {
+    // 19. Tell the observer what was applied.
+    let applied = ctx.tell_observer(key, &report.executed, &status);
+    // 20. The result: the apply's error (requeued by its class), or the requeue every step asks.
+    if let Some(e) = report.executed.error {
         return Err(Error::Apply(e));
     }
     tracing::debug!(applied = applied.applied, pruned = applied.pruned, "reconciled");
-    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+    Ok(summarize::requeue(&concluded, &report).map_or_else(Action::await_change, Action::requeue))
 }
 
 /// Up to a tenth of the interval, varying between reconciles.

@@ -1,7 +1,7 @@
 //! What one TenantRepository reconcile reads before it decides, step by step up to the first
 //! failure: the registration's own settings, its credentials Secret, the fetch, the policy, and
 //! the load of the fetched tree (read, kustomizations built, checked under the tenancy rules and
-//! against the cluster's discovery). Reads only; the decision is [`super::plan`].
+//! against the cluster's discovery). Reads only; the decision is [`super::plan()`].
 
 use kube::ResourceExt;
 use tracing::Instrument;

@@ -3,7 +3,7 @@
 //! back. Nothing is lost on failure: a fetch, load or validation failure applies and prunes
 //! nothing, and the record keeps the last applied revision and the inventory. The plan is the
 //! decision only: what the later steps find is in the reconcile's [`super::report::Report`],
-//! and [`super::outcome`] turns both into what the reconcile concluded.
+//! and [`super::concluded`] turns both into what the reconcile concluded.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -78,7 +78,7 @@ pub struct Plan {
     /// refused), as data for the tenant's feedback; empty when there is none.
     pub problems: Vec<Problem>,
     /// Where each object of `apply` came from (file, document, line), so that an object the API
-    /// server refuses is reported at its document ([`super::outcome`]).
+    /// server refuses is reported at its document ([`super::concluded`]).
     pub origins: Origins,
 }
 
@@ -239,6 +239,7 @@ pub(super) mod tests {
 
     use super::*;
     use crate::api::tenant_repository::TenantRepositoryStatus;
+    use crate::controller::tenant_repository::concluded::conclude;
     use crate::controller::tenant_repository::report::Report;
     use crate::controller::tenant_repository::summarize::summarize;
     use crate::manifests::{self, ApplySet, Content};
@@ -364,7 +365,9 @@ pub(super) mod tests {
         assert!(
             matches!(&plan.health, Some(Health::Stalled { reason, message }) if reason == REASON_VALIDATION_FAILED && message.contains("targets.yaml:1: spec.ip[0]: bad"))
         );
-        let status = summarize(&repo, &plan, &Report::default(), &Time(Timestamp::UNIX_EPOCH));
+        let report = Report::default();
+        let concluded = conclude(&repo, &plan, &report.executed, &report.waited);
+        let status = summarize(&repo, &concluded, &report, &Time(Timestamp::UNIX_EPOCH));
         assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
         assert_eq!(status.last_fetched_revision.as_deref(), Some("def"));
         assert_eq!(status.inventory, [entry("a")]);

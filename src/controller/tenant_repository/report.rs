@@ -1,6 +1,6 @@
 //! What the steps of one reconcile found, each in its own field, filled in the order
-//! [`super::reconcile`] runs them; [`super::summarize`] turns it (with the plan) into every
-//! condition and the status, and the requeue.
+//! [`super::reconcile`] runs them; [`super::summarize()`] turns it (with what the reconcile
+//! concluded, [`super::concluded`]) into every condition and the status, and the requeue.
 
 use super::execute::Executed;
 use super::gitlab::{CommitStatusReport, GitLabStep};

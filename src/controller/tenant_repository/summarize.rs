@@ -1,14 +1,15 @@
-//! The last pure step of a reconcile: the plan and what every step reported ([`Report`]) become
-//! every condition and the status ([`summarize`]), and when to come back ([`requeue`]). The one
-//! place that sets the TenantRepository's conditions; [`super::status`] writes the result once.
+//! The last pure step of a reconcile: what it concluded ([`Concluded`], the plan after what the
+//! apply and the health check found) and what every step reported ([`Report`]) become every
+//! condition and the status ([`summarize`]), and when to come back ([`requeue`]). The one place
+//! that sets the TenantRepository's conditions; [`crate::controller::frame::Frame::finish`]
+//! writes the result once.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::TRANSIENT_RETRY;
-use super::outcome::outcome;
-use super::plan::Plan;
+use super::concluded::Concluded;
 use super::report::Report;
 use crate::api::conditions::{
     APPLIED, COMMIT_STATUS_POSTED, GITLAB_SYNCED, READY, REASON_CLEANUP_PENDING, REASON_SUSPENDED, REASON_WRITE_FAILED,
@@ -20,9 +21,14 @@ use crate::controller::conditions;
 use crate::controller::sooner;
 use crate::gitlab;
 
-/// The status of `repo` after a reconcile that decided `plan` and whose steps reported `report`.
-pub fn summarize(repo: &TenantRepository, plan: &Plan, report: &Report, now: &Time) -> TenantRepositoryStatus {
-    let concluded = outcome(repo, plan, &report.executed, &report.waited);
+/// The status of `repo` after a reconcile that `concluded` what it did and whose steps reported
+/// `report`.
+pub fn summarize(
+    repo: &TenantRepository,
+    concluded: &Concluded,
+    report: &Report,
+    now: &Time,
+) -> TenantRepositoryStatus {
     let generation = repo.metadata.generation;
     let mut status = repo.status.clone().unwrap_or_default();
     match &concluded.health {
@@ -98,13 +104,12 @@ pub fn summarize(repo: &TenantRepository, plan: &Plan, report: &Report, now: &Ti
     status
 }
 
-/// When to reconcile `repo` again: the plan's requeue (or the failed apply's, or the health
-/// check's), brought forward by every step that needs to come back sooner: a transient GitLab
-/// or commit status failure, a failed SyncStatus write, and a failed fetch in the pass that just
-/// put the deploy key on GitLab (the first fetch of a new registration runs before its key is
-/// registered). `None` waits for a change of the registration.
-pub fn requeue(repo: &TenantRepository, plan: &Plan, report: &Report) -> Option<Duration> {
-    let concluded = outcome(repo, plan, &report.executed, &report.waited);
+/// When to reconcile again: the plan's requeue (or the failed apply's, or the health check's, as
+/// `concluded` holds it), brought forward by every step that needs to come back sooner: a
+/// transient GitLab or commit status failure, a failed SyncStatus write, and a failed fetch in
+/// the pass that just put the deploy key on GitLab (the first fetch of a new registration runs
+/// before its key is registered). `None` waits for a change of the registration.
+pub fn requeue(concluded: &Concluded, report: &Report) -> Option<Duration> {
     let fetch_failed = concluded.source_ready.as_ref().is_some_and(|v| !v.ok);
     let key_just_registered = report.gitlab.as_ref().is_some_and(|s| s.changed && s.verdict.ok);
     let sync_status_failed = matches!(report.sync_status, Some(Err(_)));
@@ -135,10 +140,11 @@ mod tests {
     use crate::api::conditions::{REASON_APPLY_FAILED, REASON_SYNCED};
     use crate::apply::refusal::Refusal;
     use crate::controller::conditions::{Health, Verdict};
-    use crate::controller::tenant_repository::execute::{Executed, Failed};
+    use crate::controller::tenant_repository::concluded::conclude;
+    use crate::controller::tenant_repository::execute::{Executed, Refused};
     use crate::controller::tenant_repository::gitlab::GitLabStep;
     use crate::controller::tenant_repository::observe::Observed;
-    use crate::controller::tenant_repository::outcome::outcome;
+    use crate::controller::tenant_repository::plan::Plan;
     use crate::controller::tenant_repository::plan::plan;
     use crate::controller::tenant_repository::plan::tests::{applied_abc, config_map, entry, repo};
     use crate::controller::tenant_repository::wait::Waited;
@@ -150,8 +156,18 @@ mod tests {
         Time(Timestamp::UNIX_EPOCH)
     }
 
-    fn failed(failed: Failed) -> Report {
-        Report { executed: Executed { failed: Some(failed), ..Executed::default() }, ..Report::default() }
+    /// The status a reconcile of `repo` that decided `plan` and reported `report` writes.
+    fn summarized(repo: &TenantRepository, plan: &Plan, report: &Report) -> TenantRepositoryStatus {
+        summarize(repo, &conclude(repo, plan, &report.executed, &report.waited), report, &epoch())
+    }
+
+    /// When that reconcile comes back.
+    fn requeue_of(repo: &TenantRepository, plan: &Plan, report: &Report) -> Option<Duration> {
+        requeue(&conclude(repo, plan, &report.executed, &report.waited), report)
+    }
+
+    fn refused_by(refused: Refused) -> Report {
+        Report { executed: Executed { refused: Some(refused), ..Executed::default() }, ..Report::default() }
     }
 
     #[test]
@@ -171,9 +187,13 @@ mod tests {
             }),
             ..Report::default()
         };
-        assert_eq!(requeue(&repo, &refused, &Report::default()), Some(STALLED_RESYNC), "a refused fetch alone stalls");
-        assert_eq!(requeue(&repo, &refused, &synced(true)), Some(TRANSIENT_RETRY));
-        assert_eq!(requeue(&repo, &refused, &synced(false)), Some(STALLED_RESYNC));
+        assert_eq!(
+            requeue_of(&repo, &refused, &Report::default()),
+            Some(STALLED_RESYNC),
+            "a refused fetch alone stalls"
+        );
+        assert_eq!(requeue_of(&repo, &refused, &synced(true)), Some(TRANSIENT_RETRY));
+        assert_eq!(requeue_of(&repo, &refused, &synced(false)), Some(STALLED_RESYNC));
     }
 
     #[test]
@@ -181,17 +201,17 @@ mod tests {
         let repo = repo(true, None);
         let planned =
             plan(&repo, Observed::Fetched { revision: "abc".into(), load: Ok(config_map("a")) }, Duration::ZERO);
-        assert_eq!(requeue(&repo, &planned, &Report::default()), Some(Duration::from_secs(60)));
+        assert_eq!(requeue_of(&repo, &planned, &Report::default()), Some(Duration::from_secs(60)));
         let sync_failed = Report { sync_status: Some(Err("forbidden".into())), ..Report::default() };
-        assert_eq!(requeue(&repo, &planned, &sync_failed), Some(TRANSIENT_RETRY));
+        assert_eq!(requeue_of(&repo, &planned, &sync_failed), Some(TRANSIENT_RETRY));
         let waiting = Report {
             waited: Waited { recheck: Some(Duration::from_secs(2)), ..Waited::default() },
             ..Report::default()
         };
-        assert_eq!(requeue(&repo, &planned, &waiting), Some(Duration::from_secs(2)));
+        assert_eq!(requeue_of(&repo, &planned, &waiting), Some(Duration::from_secs(2)));
         let suspended = crate::controller::tenant_repository::plan::Plan::default();
-        assert_eq!(requeue(&repo, &suspended, &Report::default()), None, "a suspended registration waits");
-        assert_eq!(requeue(&repo, &suspended, &sync_failed), Some(TRANSIENT_RETRY));
+        assert_eq!(requeue_of(&repo, &suspended, &Report::default()), None, "a suspended registration waits");
+        assert_eq!(requeue_of(&repo, &suspended, &sync_failed), Some(TRANSIENT_RETRY));
     }
 
     #[test]
@@ -201,8 +221,8 @@ mod tests {
         let planned =
             plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(config_map("a")) }, Duration::ZERO);
         let message = "applying ConfigMap team-a/a: forbidden".to_owned();
-        let report = failed(Failed::Apply { message, class: Class::Waiting, refusal: None });
-        let status = summarize(&repo, &planned, &report, &epoch());
+        let report = refused_by(Refused::Apply { message, class: Class::Waiting, refusal: None });
+        let status = summarized(&repo, &planned, &report);
         assert_eq!(status.last_applied_revision.as_deref(), Some("abc"));
         assert_eq!(status.inventory, [entry("a"), entry("old")]);
         assert!(status.conditions.iter().any(|c| c.type_ == APPLIED && c.reason == REASON_APPLY_FAILED));
@@ -214,8 +234,8 @@ mod tests {
         let mut set = config_map("a");
         set.documents.extend(config_map("b").documents);
         let planned = plan(&repo, Observed::Fetched { revision: "def".into(), load: Ok(set) }, Duration::ZERO);
-        let report = failed(Failed::Apply { message: "refused".into(), class: Class::Waiting, refusal: None });
-        let concluded = outcome(&repo, &planned, &report.executed, &report.waited);
+        let report = refused_by(Refused::Apply { message: "refused".into(), class: Class::Waiting, refusal: None });
+        let concluded = conclude(&repo, &planned, &report.executed, &report.waited);
         assert_eq!(concluded.record.unwrap().inventory, [entry("a"), entry("b"), entry("old")]);
     }
 
@@ -238,17 +258,17 @@ mod tests {
         };
         let refusals = vec![refused("a", "forbidden a"), refused("b", "forbidden b")];
         let user = "system:serviceaccount:team-a:deployer".to_owned();
-        let mut report = failed(Failed::DryRun { refusals, user, class: Class::Waiting });
+        let mut report = refused_by(Refused::DryRun { refusals, user, class: Class::Waiting });
         report.executed.dry_run = 2;
         // Nothing is written: the record stays the previous one.
-        let concluded = outcome(&repo, &planned, &report.executed, &report.waited);
+        let concluded = conclude(&repo, &planned, &report.executed, &report.waited);
         assert_eq!(concluded.record, None);
-        let status = summarize(&repo, &planned, &report, &epoch());
+        let status = summarized(&repo, &planned, &report);
         assert_eq!(
             (status.last_applied_revision.as_deref(), status.inventory.clone()),
             (Some("abc"), vec![entry("old")])
         );
-        // Every refused object, located, in the outcome and in Applied and Ready.
+        // Every refused object, located, in what was concluded and in Applied and Ready.
         let shown: Vec<String> = concluded.problems.iter().map(ToString::to_string).collect();
         assert_eq!(shown.len(), 2);
         assert!(
@@ -267,15 +287,19 @@ mod tests {
     #[test]
     fn the_registrations_sync_status_condition_is_only_there_while_the_write_fails() {
         let repo = repo(true, None);
-        let planned = crate::controller::tenant_repository::plan::Plan::default();
+        let planned = Plan::default();
+        // Without a SyncStatus (a controller that keeps none): the conditions the rest makes.
+        let others = summarized(&repo, &planned, &Report::default()).conditions;
         let report = Report { sync_status: Some(Err("syncstatuses is forbidden".into())), ..Report::default() };
-        let status = summarize(&repo, &planned, &report, &epoch());
+        let status = summarized(&repo, &planned, &report);
         let condition = status.conditions.iter().find(|c| c.type_ == SYNC_STATUS_WRITTEN).unwrap();
         assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", REASON_WRITE_FAILED));
+        let untouched: Vec<_> = status.conditions.iter().filter(|c| c.type_ != SYNC_STATUS_WRITTEN).cloned().collect();
+        assert_eq!(untouched, others, "a failed write adds its condition and touches no other");
         let repo = repo.with_status(status);
         let report = Report { sync_status: Some(Ok(())), ..Report::default() };
-        let status = summarize(&repo, &planned, &report, &epoch());
-        assert!(!status.conditions.iter().any(|c| c.type_ == SYNC_STATUS_WRITTEN));
+        let status = summarized(&repo, &planned, &report);
+        assert_eq!(status.conditions, others, "a write that succeeds again removes its condition alone");
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! its registration or its target namespace). [`update`] reads the previous object from the
 //! controller's watch of SyncStatuses ([`SyncStatuses`]) and sends the write through the one
 //! writer; a failure is returned, never raised: the apply is done already and stays as it is
-//! (it ends in the registration's `SyncStatusWritten` condition, set by [`super::summarize`]).
+//! (it ends in the registration's `SyncStatusWritten` condition, set by [`super::summarize()`]).
+//! [`step`] is the reconcile's step: the registration's status it shows is the one
+//! [`summarize`] makes of the report so far, since its own outcome only adds
+//! `SyncStatusWritten`, a condition the SyncStatus leaves out.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,9 +21,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
+use super::Context;
+use super::concluded::Concluded;
 use super::execute::Executed;
-use super::outcome::Outcome;
+use super::report::Report;
+use super::summarize::summarize;
 use crate::api::conditions::{
     APPLIED, REASON_APPLY_FAILED, REASON_DRIFT_REPAIRED, REASON_PRUNE_FAILED, REASON_PRUNED, REASON_VALIDATION_FAILED,
     SYNC_STATUS_WRITTEN,
@@ -72,7 +79,7 @@ pub struct Inputs<'a> {
     /// Its status after this reconcile.
     pub status: &'a TenantRepositoryStatus,
     /// What the reconcile concluded (the revision fetched, every located problem, the record).
-    pub outcome: &'a Outcome,
+    pub concluded: &'a Concluded,
     /// What the execution did.
     pub executed: &'a Executed,
     /// The SyncStatus as the watch holds it.
@@ -88,7 +95,7 @@ pub struct Inputs<'a> {
 /// is kept from `previous` when this one changed nothing, and so are the problems when no
 /// revision was evaluated (a failed fetch says nothing new about the tenant's documents).
 pub fn sync_status(inputs: &Inputs) -> SyncStatus {
-    let Inputs { repo, platform_namespace, status, outcome: plan, executed, previous, now } = *inputs;
+    let Inputs { repo, platform_namespace, status, concluded, executed, previous, now } = *inputs;
     let before = previous.and_then(|p| p.status.clone()).unwrap_or_default();
     let mut labels: BTreeMap<String, String> = repo.labels().clone();
     labels.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());
@@ -103,8 +110,8 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     );
     object.metadata.namespace = Some(repo.spec.target_namespace.clone());
     object.metadata.labels = Some(labels);
-    let problems = if plan.fetched_revision.is_some() {
-        located(&tenant_text::problems_for_tenant(&plan.problems))
+    let problems = if concluded.fetched_revision.is_some() {
+        located(&tenant_text::problems_for_tenant(&concluded.problems))
     } else {
         before.problems.clone()
     };
@@ -113,7 +120,7 @@ pub fn sync_status(inputs: &Inputs) -> SyncStatus {
     let last_sync = if changed {
         Some(SyncReport {
             time: seconds(now),
-            revision: plan.record.as_ref().map(|r| r.revision.clone()).filter(|r| !r.is_empty()),
+            revision: concluded.record.as_ref().map(|r| r.revision.clone()).filter(|r| !r.is_empty()),
             applied: executed.applied_objects.clone(),
             pruned: executed.pruned_objects.clone(),
             repaired: executed.repaired.clone(),
@@ -214,6 +221,39 @@ pub fn stale(status: &SyncStatus, platform_namespace: &str, registration: Option
     }
 }
 
+/// The step of a reconcile, after the apply whatever its outcome: the tenant's SyncStatus and
+/// Events ([`update`]) for the registration's status as [`summarize`] makes it of what the
+/// reconcile `concluded` and the `report` so far (the SyncStatus leaves out the one condition
+/// its own outcome sets). A failed write is logged, and returned for `SyncStatusWritten` and a
+/// retry; it never undoes anything. `None` when the controller keeps no SyncStatuses (tests).
+pub async fn step(
+    ctx: &Context,
+    repo: &TenantRepository,
+    namespace: &str,
+    concluded: &Concluded,
+    report: &Report,
+    now: &Time,
+) -> Option<Result<(), String>> {
+    let statuses = ctx.sync_statuses.as_ref()?;
+    let status = summarize(repo, concluded, report, now);
+    let inputs = Inputs {
+        repo,
+        platform_namespace: namespace,
+        status: &status,
+        concluded,
+        executed: &report.executed,
+        previous: None,
+        now,
+    };
+    let written = update(statuses, &ctx.frame.writer, ctx.frame.recorder.as_ref(), inputs)
+        .instrument(tracing::info_span!("sync_status"))
+        .await;
+    if let Err(error) = &written {
+        tracing::warn!(%error, "writing the SyncStatus failed; retried");
+    }
+    Some(written)
+}
+
 /// Writes the SyncStatus of this reconcile when it changed and records the Events it calls for
 /// (regarding the SyncStatus, in the tenant namespace). The error of a failed write is returned
 /// for the registration's conditions; nothing is undone.
@@ -229,7 +269,7 @@ pub async fn update(
     let key = ObjectRef::<SyncStatus>::new(&inputs.repo.name_any()).within(&inputs.repo.spec.target_namespace);
     let previous = statuses.store.get(&key);
     let inputs = Inputs { previous: previous.as_deref(), ..inputs };
-    let next = sync_status(&inputs);
+    let mut next = sync_status(&inputs);
     let (written, written_uid) = match changes(previous.as_deref(), &next) {
         Some(write) => match writer.execute(write).await {
             Ok(Done::SyncStatusWritten { uid }) => (Ok(()), uid),
@@ -238,13 +278,12 @@ pub async fn update(
         },
         None => (Ok(()), None),
     };
-    // The Events regard the SyncStatus; one created by this very reconcile is not in the
-    // watch's store yet, so its uid is the write's.
-    let mut regarding = SyncStatus::new(&next.name_any(), next.spec.clone());
-    regarding.metadata.namespace = next.namespace();
-    regarding.metadata.uid = previous.as_ref().and_then(|p| p.uid()).or(written_uid);
-    for notice in notices(previous.as_deref(), &next, inputs.executed) {
-        events::publish(recorder, &regarding, Some(notice)).await;
+    // The Events regard the SyncStatus (its reference: kind, namespace, name, uid); one created
+    // by this very reconcile is not in the watch's store yet, so its uid is the write's.
+    let notices = notices(previous.as_deref(), &next, inputs.executed);
+    next.metadata.uid = previous.as_ref().and_then(|p| p.uid()).or(written_uid);
+    for notice in notices {
+        events::publish(recorder, &next, Some(notice)).await;
     }
     written
 }
@@ -342,10 +381,8 @@ mod tests {
     use crate::api::conditions::{READY, REASON_INVALID_POLICY, REASON_SUCCEEDED, STALLED};
     use crate::controller::conditions::Health;
     use crate::controller::conditions::Verdict;
-    use crate::controller::tenant_repository::outcome::outcome;
+    use crate::controller::tenant_repository::concluded::conclude;
     use crate::controller::tenant_repository::plan::{Plan, Record};
-    use crate::controller::tenant_repository::report::Report;
-    use crate::controller::tenant_repository::summarize::summarize;
     use crate::controller::tenant_repository::wait::Waited;
 
     const PLATFORM: &str = "cdtarget-system";
@@ -395,13 +432,13 @@ mod tests {
         previous: Option<&SyncStatus>,
         now: i64,
     ) -> (SyncStatus, TenantRepository) {
-        let status = summarize(repo, plan, &Report::default(), &at(now));
-        let outcome = outcome(repo, plan, &Executed::default(), &Waited::default());
+        let concluded = conclude(repo, plan, &Executed::default(), &Waited::default());
+        let status = summarize(repo, &concluded, &Report::default(), &at(now));
         let inputs = Inputs {
             repo,
             platform_namespace: PLATFORM,
             status: &status,
-            outcome: &outcome,
+            concluded: &concluded,
             executed,
             previous,
             now: &at(now),

@@ -221,7 +221,7 @@ pub async fn wait(
         return Waited::default();
     }
     let kept = Waited { health_check: previous.clone(), ..Waited::default() };
-    let (message, record) = match (&plan.health, &plan.record, &executed.failure) {
+    let (message, record) = match (&plan.health, &plan.record, &executed.error) {
         (Some(Health::Ready { message, .. }), Some(record), None) if !record.digest.is_empty() => (message, record),
         _ => return kept,
     };

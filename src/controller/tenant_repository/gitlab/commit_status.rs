@@ -13,7 +13,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 
 use super::super::TRANSIENT_RETRY;
-use super::super::outcome::Outcome as Concluded;
+use super::super::concluded::Concluded;
 use super::super::plan::Plan;
 use crate::api::conditions::{APPLIED, REASON_POSTED};
 use crate::api::tenant_repository::TenantRepository;
@@ -70,10 +70,10 @@ pub fn target_of(
 /// fetched, suspended, or a failure that is retried, so the status stays `pending`). Problems
 /// are located from the repository root (`spec.path` + the file), as the tenant sees them on
 /// GitLab; problems and messages are those [`tenant_text`] lets a tenant read.
-pub fn outcome_of(repo: &TenantRepository, plan: &Concluded) -> Option<Outcome> {
-    plan.fetched_revision.as_ref()?;
-    let health = plan.health.as_ref()?;
-    let problems = tenant_text::problems_for_tenant(&plan.problems);
+pub fn outcome_of(repo: &TenantRepository, concluded: &Concluded) -> Option<Outcome> {
+    concluded.fetched_revision.as_ref()?;
+    let health = concluded.health.as_ref()?;
+    let problems = tenant_text::problems_for_tenant(&concluded.problems);
     if !problems.is_empty() {
         let base = repo.spec.path.as_deref().unwrap_or_default().trim_start_matches("./").trim_matches('/');
         let problems = problems
@@ -91,7 +91,7 @@ pub fn outcome_of(repo: &TenantRepository, plan: &Concluded) -> Option<Outcome> 
             .collect();
         return Some(Outcome::Refused(problems));
     }
-    let applied = plan.applied.as_ref()?;
+    let applied = concluded.applied.as_ref()?;
     let told = || {
         tenant_text::for_tenant(Object::Registration, APPLIED, &applied.reason, &applied.message).message().to_owned()
     };
@@ -240,7 +240,7 @@ mod tests {
     use crate::api::tenant_repository::GitLabSpec;
     use crate::problem::Problem;
 
-    fn plan(
+    fn concluded(
         revision: Option<&str>,
         health: Option<Health>,
         applied: Option<Verdict>,
@@ -259,32 +259,32 @@ mod tests {
         let repo = TenantRepository::test();
         let applied = Some(Verdict::new(true, "Succeeded", "applied 2 objects"));
         assert_eq!(
-            outcome_of(&repo, &plan(Some(sha), ready(), applied.clone(), vec![])),
+            outcome_of(&repo, &concluded(Some(sha), ready(), applied.clone(), vec![])),
             Some(Outcome::Applied("applied 2 objects".into()))
         );
-        assert_eq!(outcome_of(&repo, &plan(None, ready(), applied, vec![])), None, "nothing fetched");
+        assert_eq!(outcome_of(&repo, &concluded(None, ready(), applied, vec![])), None, "nothing fetched");
         let problem = Problem::field("kind", "Secret is not allowed").located("a.yaml", Some(1), Some(1));
         let stalled = Some(Health::Stalled { reason: "ValidationFailed".into(), message: "m".into() });
         let refused = Some(Verdict::new(false, "ValidationFailed", "m"));
         assert_eq!(
-            outcome_of(&repo, &plan(Some(sha), stalled.clone(), refused.clone(), vec![problem.clone()])),
+            outcome_of(&repo, &concluded(Some(sha), stalled.clone(), refused.clone(), vec![problem.clone()])),
             Some(Outcome::Refused(vec![problem.clone()]))
         );
         let mut under = repo.clone();
         under.spec.path = Some("./deploy/".into());
         let Some(Outcome::Refused(located)) =
-            outcome_of(&under, &plan(Some(sha), stalled.clone(), refused.clone(), vec![problem]))
+            outcome_of(&under, &concluded(Some(sha), stalled.clone(), refused.clone(), vec![problem]))
         else {
             panic!("refused")
         };
         assert_eq!(located[0].file.as_deref(), Some("deploy/a.yaml"), "from the repository root");
         assert_eq!(
-            outcome_of(&repo, &plan(Some(sha), stalled, refused.clone(), vec![])),
+            outcome_of(&repo, &concluded(Some(sha), stalled, refused.clone(), vec![])),
             Some(Outcome::Failed("m".into()))
         );
         let retried = Some(Health::Progressing { reason: "ApplyFailed".into(), message: "m".into() });
         assert_eq!(
-            outcome_of(&repo, &plan(Some(sha), retried, refused, vec![])),
+            outcome_of(&repo, &concluded(Some(sha), retried, refused, vec![])),
             None,
             "a retried failure is no verdict"
         );
@@ -298,7 +298,7 @@ mod tests {
         let stalled = Some(Health::Stalled { reason: "InvalidPolicy".into(), message: message.into() });
         let refused = Some(Verdict::new(false, "InvalidPolicy", message));
         assert_eq!(
-            outcome_of(&TenantRepository::test(), &plan(Some(sha), stalled, refused, vec![])),
+            outcome_of(&TenantRepository::test(), &concluded(Some(sha), stalled, refused, vec![])),
             Some(Outcome::Failed(tenant_text::PLATFORM_CONFIGURATION.into()))
         );
     }

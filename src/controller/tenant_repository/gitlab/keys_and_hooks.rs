@@ -5,7 +5,9 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use super::{GitLabStep, Inputs, StepError, bytes, input_for, invalid, not_configured, step_of, syncs, text};
+use super::{
+    GitLabStep, Inputs, StepError, bytes, cluster_failed, input_for, invalid, not_configured, step_of, syncs, text,
+};
 use crate::api::tenant_repository::TenantRepository;
 use crate::apply::{Write, Writer};
 use crate::gitlab::{self, SyncInput, keys};
@@ -18,10 +20,25 @@ pub fn rotation_due(repo: &TenantRepository, secret: &Secret) -> Option<String> 
     (done != Some(wanted)).then(|| wanted.to_owned())
 }
 
-/// After the apply: syncs key and hook (rotating the key first when asked) and says what to
-/// report. `None` for a registration without `spec.gitlab`.
-#[tracing::instrument(name = "gitlab", skip_all)]
+/// After the apply, whatever its outcome: syncs key and hook (rotating the key first when asked)
+/// and says what to report; when [`super::prepare()`] failed (`prepared`), or a read or write in
+/// the cluster fails here, that failure instead ([`cluster_failed`]). `None` for a registration
+/// without `spec.gitlab`.
 pub async fn sync(
+    repo: &TenantRepository,
+    namespace: &str,
+    inputs: Inputs<'_>,
+    prepared: Result<(), StepError>,
+) -> Option<GitLabStep> {
+    let synced = match prepared {
+        Ok(()) => keys_and_hooks(repo, namespace, inputs).await,
+        Err(e) => Err(e),
+    };
+    synced.unwrap_or_else(|e| Some(cluster_failed(&e)))
+}
+
+#[tracing::instrument(name = "gitlab", skip_all)]
+async fn keys_and_hooks(
     repo: &TenantRepository,
     namespace: &str,
     inputs: Inputs<'_>,

@@ -1,7 +1,7 @@
 //! All GitLab work of the TenantRepository reconciler (`docs/gitlab.md`), one entry per phase of
 //! a reconcile, for a registration with `spec.gitlab`:
 //!
-//! 1. [`prepare`], before the fetch: our finalizer is on the registration and the key pair
+//! 1. [`prepare()`], before the fetch: our finalizer is on the registration and the key pair
 //!    Secret exists ([`mod@prepare`]).
 //! 2. [`pending`], before the apply: the commit status `pending` on the fetched revision
 //!    ([`commit_status`]).
@@ -9,7 +9,7 @@
 //!    ([`keys_and_hooks`]).
 //! 4. [`verdict`], after the apply: the commit status `success` or `failed`, and one comment
 //!    listing the problems of a refused revision ([`commit_status`]).
-//! 5. [`cleanup`], on deletion: key and hook removed from GitLab ([`mod@cleanup`]); the
+//! 5. [`cleanup()`], on deletion: key and hook removed from GitLab ([`mod@cleanup`]); the
 //!    deletion path itself is [`super::cleanup`].
 //!
 //! Each phase returns what it did as data ([`GitLabStep`], [`CommitStatusReport`]) for the

@@ -1,12 +1,13 @@
-//! What a reconcile concluded: the plan's verdicts, record and problems after what the later
-//! steps found. A refusal of the dry run, the apply or the prune ([`Failed`]) fails `Applied`
-//! and `Ready` and keeps every record a later reconcile needs; the health check ([`Waited`])
-//! decides `Ready` of what was applied. A pure function; [`super::summarize`] makes the status
-//! of it, and the commit status verdict and the tenant's SyncStatus read it.
+//! What a reconcile concluded ([`Concluded`], by [`conclude`]): the plan's verdicts, record and
+//! problems after what the later steps found. A refusal of the dry run, the apply or the prune
+//! ([`Refused`]) fails `Applied` and `Ready` and keeps every record a later reconcile needs; the
+//! health check ([`Waited`]) decides `Ready` of what was applied. A pure function, run once per
+//! reconcile; [`super::summarize()`] makes the status and the requeue of it, and the commit status
+//! verdict and the tenant's SyncStatus read it.
 
 use std::time::Duration;
 
-use super::execute::{Executed, Failed};
+use super::execute::{Executed, Refused};
 use super::plan::{Plan, Record, apply_schedule, capped_list, union};
 use super::wait::Waited;
 use crate::api::conditions::{REASON_APPLY_FAILED, REASON_PRUNE_FAILED};
@@ -20,7 +21,7 @@ use crate::text::short_revision;
 
 /// The plan's verdicts after the apply, the prune and the health check.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Outcome {
+pub struct Concluded {
     /// The overall health; `None` while suspended (`Ready` then keeps its status).
     pub health: Option<Health>,
     /// `SourceReady`; `None` leaves it as it is.
@@ -41,8 +42,8 @@ pub struct Outcome {
 
 /// What the reconcile of `repo` concluded from `plan`, what was `executed` and what the health
 /// check found (`waited`).
-pub fn outcome(repo: &TenantRepository, plan: &Plan, executed: &Executed, waited: &Waited) -> Outcome {
-    let mut outcome = Outcome {
+pub fn conclude(repo: &TenantRepository, plan: &Plan, executed: &Executed, waited: &Waited) -> Concluded {
+    let mut concluded = Concluded {
         health: plan.health.clone(),
         source_ready: plan.source_ready.clone(),
         applied: plan.applied.clone(),
@@ -51,11 +52,11 @@ pub fn outcome(repo: &TenantRepository, plan: &Plan, executed: &Executed, waited
         problems: plan.problems.clone(),
         requeue: plan.requeue,
     };
-    match &executed.failed {
+    match &executed.refused {
         None => {}
         // Nothing was written, so nothing is recorded (the previous revision and inventory stay
         // as they are), and every refused object is a located problem.
-        Some(Failed::DryRun { refusals, user, class }) => {
+        Some(Refused::DryRun { refusals, user, class }) => {
             let problems: Vec<Problem> =
                 refusals.iter().flat_map(|refusal| refusal.problems(plan.origins.get(&refusal.entry))).collect();
             let revision = plan.fetched_revision.as_deref().map(short_revision).unwrap_or_default().to_owned();
@@ -65,17 +66,17 @@ pub fn outcome(repo: &TenantRepository, plan: &Plan, executed: &Executed, waited
                 executed.dry_run,
                 capped_list(&problems),
             );
-            outcome.record = None;
-            outcome.problems = problems;
-            outcome.fail(REASON_APPLY_FAILED, message, *class);
+            concluded.record = None;
+            concluded.problems = problems;
+            concluded.fail(REASON_APPLY_FAILED, message, *class);
         }
         // The previous revision stays recorded, and the inventory also holds what this attempt
         // may have created, so that nothing escapes a later prune.
-        Some(Failed::Apply { message, class, refusal }) => {
+        Some(Refused::Apply { message, class, refusal }) => {
             let previous = repo.status.clone().unwrap_or_default();
             let attempted = plan.record.as_ref().map(|r| r.inventory.clone()).unwrap_or_default();
             let inventory = union(&previous.inventory, &attempted);
-            outcome.record = previous
+            concluded.record = previous
                 .last_applied_revision
                 .clone()
                 .map(|revision| Record {
@@ -84,29 +85,29 @@ pub fn outcome(repo: &TenantRepository, plan: &Plan, executed: &Executed, waited
                     inventory: inventory.clone(),
                 })
                 .or(Some(Record { revision: String::new(), digest: String::new(), inventory }));
-            outcome.fail(REASON_APPLY_FAILED, message.clone(), *class);
+            concluded.fail(REASON_APPLY_FAILED, message.clone(), *class);
             if let Some(refusal) = refusal {
-                outcome.problems = refusal.problems(plan.origins.get(&refusal.entry));
+                concluded.problems = refusal.problems(plan.origins.get(&refusal.entry));
             }
         }
         // The applied revision is recorded, and the objects not deleted stay in the inventory so
         // the next cycle deletes them.
-        Some(Failed::Prune { message, class }) => {
-            if let Some(record) = &mut outcome.record {
+        Some(Refused::Prune { message, class }) => {
+            if let Some(record) = &mut concluded.record {
                 record.inventory = union(&record.inventory, &plan.prune);
             }
-            outcome.fail(REASON_PRUNE_FAILED, message.clone(), *class);
+            concluded.fail(REASON_PRUNE_FAILED, message.clone(), *class);
         }
     }
     if let Some(health) = &waited.health {
-        outcome.health = Some(health.clone());
+        concluded.health = Some(health.clone());
     }
-    outcome.problems.extend(waited.problems.iter().cloned());
-    outcome.requeue = sooner(outcome.requeue, waited.recheck);
-    outcome
+    concluded.problems.extend(waited.problems.iter().cloned());
+    concluded.requeue = sooner(concluded.requeue, waited.recheck);
+    concluded
 }
 
-impl Outcome {
+impl Concluded {
     fn fail(&mut self, reason: &str, message: String, class: Class) {
         self.applied = Some(Verdict::new(false, reason, &message));
         // The plan's own requeue is the interval (with its jitter): a stalled or waiting apply
