@@ -22,7 +22,7 @@ use crate::api::tenant_repository::TenantRepository;
 use crate::controller::events::{self, EventSink, Transition};
 use crate::controller::frame::write_status;
 
-pub use super::gitlab::cleanup::deletion_of;
+pub(crate) use super::gitlab::cleanup::deletion_of;
 
 /// Cleans up after `repo` as `deletion` says, then releases it; `recorder` records the Event
 /// of a skipped clean-up.

@@ -42,7 +42,7 @@ pub struct Concluded {
 
 /// What the reconcile of `repo` concluded from `plan`, what was `executed` and what the health
 /// check found (`waited`).
-pub fn conclude(repo: &TenantRepository, plan: &Plan, executed: &Executed, waited: &Waited) -> Concluded {
+pub(crate) fn conclude(repo: &TenantRepository, plan: &Plan, executed: &Executed, waited: &Waited) -> Concluded {
     let mut concluded = Concluded {
         health: plan.health.clone(),
         source_ready: plan.source_ready.clone(),

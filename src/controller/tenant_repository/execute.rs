@@ -168,7 +168,12 @@ pub async fn dry_run(writer: &Writer, repo: &TenantRepository, plan: &mut Plan) 
 /// Applies what [`dry_run`] chose to send and prunes what `plan` says, as the tenant of `repo`;
 /// does nothing when the dry run failed. Returns what was done.
 #[tracing::instrument(name = "execute", skip_all)]
-pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Plan, checked: DryRun) -> Executed {
+pub(crate) async fn apply_and_prune(
+    writer: &Writer,
+    repo: &TenantRepository,
+    plan: &Plan,
+    checked: DryRun,
+) -> Executed {
     let DryRun { send, mut executed } = checked;
     if executed.error.is_some() || (send.is_none() && plan.prune.is_empty()) {
         return executed;
@@ -212,7 +217,7 @@ pub async fn apply_and_prune(writer: &Writer, repo: &TenantRepository, plan: &Pl
 /// Remembers in `applied` (under `key`, the registration) the digests of what was applied, so
 /// that the next revision sends only what it changed; after a failed attempt forgets them, so
 /// that the next one sends the whole set, whatever this one left on the cluster.
-pub fn remember(applied: &AppliedObjects, key: &str, plan: &Plan, executed: &Executed) {
+pub(crate) fn remember(applied: &AppliedObjects, key: &str, plan: &Plan, executed: &Executed) {
     match (&executed.error, &plan.digests) {
         (Some(_), _) => applied.forget(key),
         (None, Some(digests)) if plan.record.is_some() => applied.remember(key, digests.clone()),

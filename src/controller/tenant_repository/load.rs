@@ -18,7 +18,7 @@ use crate::problem::Problem;
 
 /// Loads at once in one process by default: each may hold its budget's bytes
 /// (`manifests::Limits::budget`), and together they stay far below the pod's memory limit.
-pub const DEFAULT_LOAD_CONCURRENCY: usize = 2;
+pub(crate) const DEFAULT_LOAD_CONCURRENCY: usize = 2;
 
 /// Past the budget's own deadline (which the load checks as it works), how long the caller still
 /// waits before it abandons the thread.

@@ -47,12 +47,12 @@
 //! later prune cannot see.
 
 pub mod cleanup;
-pub mod concluded;
+pub(crate) mod concluded;
 pub mod execute;
 pub mod gitlab;
 pub mod intent;
 pub mod load;
-pub mod observe;
+pub(crate) mod observe;
 pub mod plan;
 pub mod report;
 pub mod secrets;
@@ -77,19 +77,18 @@ use crate::error::{Class, Classify};
 use crate::manifests;
 use crate::source::Fetcher;
 
-pub use gitlab::GitLabStep;
 pub use observe::Observed;
-pub use plan::{Plan, Record, apply_schedule, fetch_schedule, plan};
-pub use report::Report;
-pub use secrets::SecretReads;
+pub(crate) use plan::apply_schedule;
+pub use plan::{Record, plan};
+pub(crate) use report::Report;
+pub(crate) use secrets::SecretReads;
 pub use summarize::summarize;
 pub use sync_status::SyncStatuses;
 
 pub use super::TRANSIENT_RETRY;
 pub(crate) use super::{STALLED_RESYNC, WAIT_RETRY};
-pub use crate::source::registration::{
-    DEFAULT_INTERVAL, credentials_from_secret, interval_of, parse_go_duration, reference_of, timeout_of,
-};
+pub(crate) use crate::source::registration::{DEFAULT_INTERVAL, interval_of, parse_go_duration};
+pub use crate::source::registration::{credentials_from_secret, timeout_of};
 
 /// What the TenantRepository reconciler needs.
 #[derive(Clone)]
@@ -132,7 +131,7 @@ pub struct ApplyReport {
 }
 
 /// Receives an [`ApplyReport`] after every reconcile that wrote status or changed nothing.
-pub type ApplyObserver = Arc<dyn Fn(&ApplyReport) + Send + Sync>;
+pub(crate) type ApplyObserver = Arc<dyn Fn(&ApplyReport) + Send + Sync>;
 
 impl Context {
     /// A context whose writes go through the controller's own `client` (tenant writes
@@ -263,7 +262,7 @@ impl Error {
 }
 
 /// The requeue after a failed reconcile, chosen by the error's class ([`apply_schedule`]).
-pub fn error_policy(repo: Arc<TenantRepository>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(repo: Arc<TenantRepository>, error: &Error, _ctx: Arc<Context>) -> Action {
     let interval = interval_of(&repo.spec).unwrap_or(DEFAULT_INTERVAL);
     Action::requeue(apply_schedule(interval).settle(error.class()).requeue)
 }

@@ -45,7 +45,7 @@ pub enum Observed {
 
 /// Reads what the plan needs, stopping at the first step that fails.
 #[tracing::instrument(name = "observe", skip_all)]
-pub async fn observe(
+pub(crate) async fn observe(
     repo: &TenantRepository,
     namespace: &str,
     ctx: &Context,
@@ -122,7 +122,7 @@ pub async fn observe(
 }
 
 /// The receiver path, when the registration has a webhook whose Secret holds a `token`.
-pub async fn read_webhook_path(
+pub(crate) async fn read_webhook_path(
     secrets: &SecretReads,
     namespace: &str,
     repo: &TenantRepository,

@@ -30,13 +30,13 @@ use crate::text::short_revision;
 
 /// When the reconciler comes back after a failed fetch: a stalled source waits for a change of
 /// the registration or its Secret (both watched), a missing ref for the next poll.
-pub fn fetch_schedule(interval: Duration) -> Schedule {
+pub(crate) fn fetch_schedule(interval: Duration) -> Schedule {
     Schedule { stalled: STALLED_RESYNC, waiting: interval, transient: TRANSIENT_RETRY }
 }
 
 /// When the reconciler comes back after a failed apply or prune (and in its error policy): a
 /// refused object waits for a push, which the next poll picks up.
-pub fn apply_schedule(interval: Duration) -> Schedule {
+pub(crate) fn apply_schedule(interval: Duration) -> Schedule {
     Schedule { stalled: interval, waiting: interval, transient: TRANSIENT_RETRY }
 }
 

@@ -125,7 +125,7 @@ pub fn requeue(concluded: &Concluded, report: &Report) -> Option<Duration> {
 
 /// The status of a registration being deleted whose deploy key and webhook cannot be removed
 /// from GitLab yet: `GitLabSynced=False`, `CleanupPending`, saying why (`message`).
-pub fn cleanup_pending(repo: &TenantRepository, message: &str, now: &Time) -> TenantRepositoryStatus {
+pub(crate) fn cleanup_pending(repo: &TenantRepository, message: &str, now: &Time) -> TenantRepositoryStatus {
     let mut status = repo.status.clone().unwrap_or_default();
     let generation = repo.metadata.generation;
     conditions::set(&mut status.conditions, GITLAB_SYNCED, false, REASON_CLEANUP_PENDING, message, generation, now);

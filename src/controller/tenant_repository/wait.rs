@@ -42,7 +42,7 @@ use crate::health::{self, Assessment, Status};
 use crate::problem::Problem;
 
 /// `spec.wait.timeout` when it is not given.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Most objects named in a message; the located problems name all of them.
 const NAMED: usize = 10;
 
@@ -151,7 +151,7 @@ pub fn decide(
 
 /// When a pending check is run again: half the time it has run so far, from 2 s up to 30 s,
 /// and no later than the deadline (at least 1 s on).
-pub fn recheck_after(elapsed: Duration, timeout: Duration) -> Duration {
+pub(crate) fn recheck_after(elapsed: Duration, timeout: Duration) -> Duration {
     let step = (elapsed / 2).clamp(Duration::from_secs(2), Duration::from_secs(30));
     let left = timeout.saturating_sub(elapsed).max(Duration::from_secs(1));
     step.min(left)
@@ -180,7 +180,12 @@ fn go_duration(d: Duration) -> String {
 /// a first look, or for a set that was healthy and was `written` again (a drift repair). A
 /// repair during a check keeps its deadline: a document that drifts on every pass must not
 /// wait forever.
-pub fn check_of(previous: Option<HealthCheckStatus>, digest: &str, written: bool, now: Timestamp) -> HealthCheckStatus {
+pub(crate) fn check_of(
+    previous: Option<HealthCheckStatus>,
+    digest: &str,
+    written: bool,
+    now: Timestamp,
+) -> HealthCheckStatus {
     match previous {
         Some(check) if check.digest == digest && !(written && check.healthy) => check,
         _ => HealthCheckStatus { digest: digest.to_owned(), started_at: Time(now), healthy: false },

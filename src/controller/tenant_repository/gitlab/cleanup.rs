@@ -19,7 +19,7 @@ pub enum Deletion {
 }
 
 /// `Some` when the registration is being deleted and still holds our finalizer.
-pub fn deletion_of(repo: &TenantRepository) -> Option<Deletion> {
+pub(crate) fn deletion_of(repo: &TenantRepository) -> Option<Deletion> {
     repo.metadata.deletion_timestamp.as_ref()?;
     if !repo.finalizers().iter().any(|f| f == gitlab::FINALIZER) {
         return None;
@@ -29,7 +29,7 @@ pub fn deletion_of(repo: &TenantRepository) -> Option<Deletion> {
 }
 
 /// The note of the Event recorded when the escape hatch released the finalizer.
-pub fn skipped_note(repo: &TenantRepository) -> String {
+pub(crate) fn skipped_note(repo: &TenantRepository) -> String {
     let recorded = repo.status.as_ref().and_then(|s| s.gitlab.clone()).unwrap_or_default();
     let id = |v: Option<i64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
     format!(

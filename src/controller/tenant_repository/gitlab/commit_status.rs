@@ -44,7 +44,7 @@ pub struct CommitStatusReport {
 
 /// The branch or tag statuses are posted for: the registration's own (`main` by default);
 /// `None` for a registration pinned to a commit (GitLab then picks a branch holding it).
-pub fn ref_of(repo: &TenantRepository) -> Option<String> {
+pub(crate) fn ref_of(repo: &TenantRepository) -> Option<String> {
     let git_ref = repo.spec.git_ref.clone().unwrap_or_default();
     match (git_ref.branch, git_ref.tag, git_ref.commit) {
         (_, Some(tag), _) => Some(tag),
@@ -55,7 +55,7 @@ pub fn ref_of(repo: &TenantRepository) -> Option<String> {
 }
 
 /// Where the status of `revision` of `repo` goes, named and linked as `settings` say.
-pub fn target_of(
+pub(crate) fn target_of(
     repo: &TenantRepository,
     namespace: &str,
     settings: &gitlab::StatusSettings,
@@ -70,7 +70,7 @@ pub fn target_of(
 /// fetched, suspended, or a failure that is retried, so the status stays `pending`). Problems
 /// are located from the repository root (`spec.path` + the file), as the tenant sees them on
 /// GitLab; problems and messages are those [`tenant_text`] lets a tenant read.
-pub fn outcome_of(repo: &TenantRepository, concluded: &Concluded) -> Option<Outcome> {
+pub(crate) fn outcome_of(repo: &TenantRepository, concluded: &Concluded) -> Option<Outcome> {
     concluded.fetched_revision.as_ref()?;
     let health = concluded.health.as_ref()?;
     let problems = tenant_text::problems_for_tenant(&concluded.problems);
@@ -103,7 +103,7 @@ pub fn outcome_of(repo: &TenantRepository, concluded: &Concluded) -> Option<Outc
 }
 
 /// `CommitStatusPosted` and the requeue after posting (`posted`) or failing to.
-pub fn condition_of(posted: &decisions::Posted) -> (Verdict, Option<Duration>) {
+pub(crate) fn condition_of(posted: &decisions::Posted) -> (Verdict, Option<Duration>) {
     match &posted.error {
         None => {
             let mut message = posted.to_string();

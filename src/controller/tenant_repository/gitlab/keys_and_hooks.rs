@@ -14,7 +14,7 @@ use crate::gitlab::{self, SyncInput, keys};
 
 /// The rotation to carry out: the registration's `ROTATE_ANNOTATION` value when it differs from
 /// the `ROTATED_ANNOTATION` recorded on the Secret.
-pub fn rotation_due(repo: &TenantRepository, secret: &Secret) -> Option<String> {
+pub(crate) fn rotation_due(repo: &TenantRepository, secret: &Secret) -> Option<String> {
     let wanted = repo.annotations().get(gitlab::ROTATE_ANNOTATION).map(|v| v.trim()).filter(|v| !v.is_empty())?;
     let done = secret.annotations().get(gitlab::ROTATED_ANNOTATION).map(|v| v.trim());
     (done != Some(wanted)).then(|| wanted.to_owned())

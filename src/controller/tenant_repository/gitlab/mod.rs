@@ -23,13 +23,14 @@
 
 pub mod cleanup;
 pub mod commit_status;
-pub mod keys_and_hooks;
-pub mod prepare;
+pub(crate) mod keys_and_hooks;
+pub(crate) mod prepare;
 
 pub use cleanup::cleanup;
-pub use commit_status::{CommitStatusReport, pending, verdict};
+pub(crate) use commit_status::CommitStatusReport;
+pub use commit_status::{pending, verdict};
 pub use keys_and_hooks::sync;
-pub use prepare::prepare;
+pub(crate) use prepare::prepare;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -107,7 +108,7 @@ fn condition(ok: bool, reason: &str, message: impl Into<String>) -> Verdict {
 
 /// The step after a sync: `True`/`Synced` with the outcome's ids, or `False` with the error's
 /// reason; transient failures come back after [`TRANSIENT_RETRY`].
-pub fn step_of(result: &Result<SyncOutcome, GitLabError>) -> GitLabStep {
+pub(crate) fn step_of(result: &Result<SyncOutcome, GitLabError>) -> GitLabStep {
     match result {
         Ok(outcome) => GitLabStep {
             verdict: condition(true, REASON_SYNCED, outcome.message()),
@@ -126,7 +127,7 @@ fn failed(reason: &str, message: String, class: Class) -> GitLabStep {
 }
 
 /// The step of a registration with `spec.gitlab` when the controller has no GitLab settings.
-pub fn not_configured() -> GitLabStep {
+pub(crate) fn not_configured() -> GitLabStep {
     let message = "spec.gitlab is set but the controller runs without GitLab settings: start it with \
                    --gitlab-url, --gitlab-token-file, --gitlab-known-hosts-file and --webhook-external-url";
     GitLabStep {
@@ -147,7 +148,7 @@ fn invalid(message: impl Into<String>) -> GitLabStep {
 }
 
 /// The step when reading or writing in the cluster failed (Secret, finalizer): retried soon.
-pub fn cluster_failed(error: &StepError) -> GitLabStep {
+pub(crate) fn cluster_failed(error: &StepError) -> GitLabStep {
     failed(error.reason(), error.to_string(), Class::Transient)
 }
 
@@ -158,7 +159,7 @@ pub fn syncs(repo: &TenantRepository) -> bool {
 }
 
 /// The finalizers with ours added; `None` when it is already there.
-pub fn finalizers_adding(repo: &TenantRepository) -> Option<Vec<String>> {
+pub(crate) fn finalizers_adding(repo: &TenantRepository) -> Option<Vec<String>> {
     let present = repo.finalizers();
     if present.iter().any(|f| f == gitlab::FINALIZER) {
         return None;
@@ -167,7 +168,7 @@ pub fn finalizers_adding(repo: &TenantRepository) -> Option<Vec<String>> {
 }
 
 /// The finalizers without ours.
-pub fn finalizers_removing(repo: &TenantRepository) -> Vec<String> {
+pub(crate) fn finalizers_removing(repo: &TenantRepository) -> Vec<String> {
     repo.finalizers().iter().filter(|f| *f != gitlab::FINALIZER).cloned().collect()
 }
 
@@ -203,7 +204,11 @@ async fn patch_finalizers(
 }
 
 /// Releases the registration: our finalizer removed, the others kept.
-pub async fn release_finalizer(writer: &Writer, namespace: &str, repo: &TenantRepository) -> Result<(), StepError> {
+pub(crate) async fn release_finalizer(
+    writer: &Writer,
+    namespace: &str,
+    repo: &TenantRepository,
+) -> Result<(), StepError> {
     patch_finalizers(writer, namespace, repo, finalizers_removing(repo)).await
 }
 

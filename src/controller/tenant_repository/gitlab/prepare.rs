@@ -14,7 +14,7 @@ use crate::gitlab::{self, keys};
 
 /// Before the fetch: our finalizer is on the registration, and the key pair Secret exists
 /// (generated and created when missing, so the first fetch already has credentials).
-pub async fn prepare(repo: &TenantRepository, namespace: &str, inputs: Inputs<'_>) -> Result<(), StepError> {
+pub(crate) async fn prepare(repo: &TenantRepository, namespace: &str, inputs: Inputs<'_>) -> Result<(), StepError> {
     let (Some(spec), Some(settings)) = (&repo.spec.gitlab, inputs.settings) else { return Ok(()) };
     let secrets = inputs.secrets;
     if !syncs(repo) {
