@@ -203,7 +203,7 @@ mod tests {
         use crate::error::Reason;
         use crate::gitlab::{ErrorKind, GitLabError};
         use crate::source::{FailureKind, SourceError};
-        // Exhaustive: a new kind does not compile until it is listed here.
+        // Exhaustive: a new kind does not compile until it is listed here (and so remembered in `ALL`).
         let fetch = |kind: FailureKind| match kind {
             FailureKind::AuthenticationFailed
             | FailureKind::HostKeyMismatch
@@ -221,24 +221,7 @@ mod tests {
             | FailureKind::InvalidRequest
             | FailureKind::Other => SourceError::new(kind, "m").reason(),
         };
-        let kinds = [
-            FailureKind::AuthenticationFailed,
-            FailureKind::HostKeyMismatch,
-            FailureKind::HostKeyUnknown,
-            FailureKind::CertificateInvalid,
-            FailureKind::RefNotFound,
-            FailureKind::Unreachable,
-            FailureKind::Timeout,
-            FailureKind::TooLarge,
-            FailureKind::SnapshotTooLarge,
-            FailureKind::CacheTooLarge,
-            FailureKind::UnsafeTree,
-            FailureKind::RedirectRefused,
-            FailureKind::CorruptCache,
-            FailureKind::InvalidRequest,
-            FailureKind::Other,
-        ];
-        let mut fetched: Vec<&str> = kinds.into_iter().map(fetch).collect();
+        let mut fetched: Vec<&str> = FailureKind::ALL.into_iter().map(fetch).collect();
         fetched.sort_unstable();
         let mut listed = FETCH_REASONS.to_vec();
         listed.sort_unstable();
@@ -257,21 +240,7 @@ mod tests {
             | ErrorKind::InvalidResponse
             | ErrorKind::InvalidConfig => GitLabError::new(kind, "m").reason(),
         };
-        let kinds = [
-            ErrorKind::Unauthorized,
-            ErrorKind::InsufficientScope,
-            ErrorKind::NotMaintainer,
-            ErrorKind::StatusForbidden,
-            ErrorKind::ProjectNotFound,
-            ErrorKind::KeyTakenElsewhere,
-            ErrorKind::NotFound,
-            ErrorKind::Rejected,
-            ErrorKind::RateLimited,
-            ErrorKind::Unavailable,
-            ErrorKind::InvalidResponse,
-            ErrorKind::InvalidConfig,
-        ];
-        let mut reasons: Vec<&str> = kinds.into_iter().map(gitlab).collect();
+        let mut reasons: Vec<&str> = ErrorKind::ALL.into_iter().map(gitlab).collect();
         reasons.sort_unstable();
         let mut listed = GITLAB_ERROR_REASONS.to_vec();
         listed.sort_unstable();

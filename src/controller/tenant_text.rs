@@ -295,24 +295,7 @@ mod tests {
 
     #[test]
     fn every_source_failure_reason_belongs_to_a_class() {
-        let all = [
-            FailureKind::AuthenticationFailed,
-            FailureKind::HostKeyMismatch,
-            FailureKind::HostKeyUnknown,
-            FailureKind::CertificateInvalid,
-            FailureKind::RefNotFound,
-            FailureKind::Unreachable,
-            FailureKind::Timeout,
-            FailureKind::TooLarge,
-            FailureKind::SnapshotTooLarge,
-            FailureKind::CacheTooLarge,
-            FailureKind::UnsafeTree,
-            FailureKind::RedirectRefused,
-            FailureKind::CorruptCache,
-            FailureKind::InvalidRequest,
-            FailureKind::Other,
-        ];
-        for kind in all {
+        for kind in FailureKind::ALL {
             assert_ne!(told(SOURCE_READY, kind.reason()), TenantText::Fixed(NOT_LISTED), "{kind:?}");
         }
     }

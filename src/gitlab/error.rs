@@ -39,6 +39,22 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, for what lists them all (the condition vocabulary).
+    pub const ALL: [ErrorKind; 12] = [
+        ErrorKind::Unauthorized,
+        ErrorKind::InsufficientScope,
+        ErrorKind::NotMaintainer,
+        ErrorKind::StatusForbidden,
+        ErrorKind::ProjectNotFound,
+        ErrorKind::KeyTakenElsewhere,
+        ErrorKind::NotFound,
+        ErrorKind::Rejected,
+        ErrorKind::RateLimited,
+        ErrorKind::Unavailable,
+        ErrorKind::InvalidResponse,
+        ErrorKind::InvalidConfig,
+    ];
+
     /// The condition reason, e.g. `GitLabNotMaintainer`.
     pub fn reason(self) -> &'static str {
         match self {

@@ -43,6 +43,25 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Every kind, for what lists them all (the condition vocabulary, the tenant's texts).
+    pub const ALL: [FailureKind; 15] = [
+        FailureKind::AuthenticationFailed,
+        FailureKind::HostKeyMismatch,
+        FailureKind::HostKeyUnknown,
+        FailureKind::CertificateInvalid,
+        FailureKind::RefNotFound,
+        FailureKind::Unreachable,
+        FailureKind::Timeout,
+        FailureKind::TooLarge,
+        FailureKind::SnapshotTooLarge,
+        FailureKind::CacheTooLarge,
+        FailureKind::UnsafeTree,
+        FailureKind::RedirectRefused,
+        FailureKind::CorruptCache,
+        FailureKind::InvalidRequest,
+        FailureKind::Other,
+    ];
+
     /// The class that decides the condition and the requeue.
     pub fn class(self) -> Class {
         match self {
