@@ -233,13 +233,69 @@ fn use_tree(chars: &[char], at: &mut usize, prefix: Vec<String>) -> Vec<Vec<Stri
 /// module and its own ancestors or descendants are left out: a parent declares and re-exports
 /// its children, and a child uses its parent's items. Paths in inline modules count for the file
 /// that holds them, but for `#[cfg(test)]` ones: a unit test may check its result through a
-/// sibling.
+/// sibling. An item named through a module that re-exports it (`super::Plan`, with
+/// `pub use plan::Plan` in the parent) is an arrow to the module it comes from, so a circle
+/// cannot hide behind a parent's re-export.
 fn import_graph(modules: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
     let known: BTreeSet<&str> = modules.iter().map(|(name, _)| name.as_str()).collect();
     let segments_of = |name: &str| -> Vec<String> {
         if name == "crate" { Vec::new() } else { name.split("::").map(str::to_owned).collect() }
     };
     let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    // A path from `from` (a module and its open inline modules): the deepest module of the
+    // library it reaches, and the item it names there, if any.
+    let resolve = |from: &[String], path: Vec<String>| -> (Vec<String>, Option<String>) {
+        let mut full: Vec<String> = from.to_vec();
+        let mut segments = path.into_iter();
+        match segments.next() {
+            Some(first) if first == "crate" => full.clear(),
+            Some(first) if first == "super" => {
+                full.pop();
+            }
+            Some(first) if first == "self" => {}
+            // A `use` relative to the module (`pub use plan::Plan`) starts at one of its children.
+            Some(first) => full.push(first),
+            None => {}
+        }
+        for segment in segments {
+            match segment.as_str() {
+                "super" => {
+                    full.pop();
+                }
+                "self" => {}
+                _ => full.push(segment),
+            }
+        }
+        let mut module = full.clone();
+        while !module.is_empty() && !known.contains(module_name(&module).as_str()) {
+            module.pop();
+        }
+        let item = full.get(module.len()).cloned();
+        (module, item)
+    };
+    // What each module re-exports (`pub use`, `pub(crate) use`, …): item name → the module it
+    // comes from, so that `super::Plan` is an arrow to the sibling `plan`, not to the parent.
+    let mut reexports: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for (name, text) in modules {
+        let here = segments_of(name);
+        let code = code_only(text);
+        let chars: Vec<char> = code.chars().collect();
+        for (start, _) in code.match_indices("use ") {
+            let before = code[..start].trim_end();
+            let public = before.ends_with("pub") || (before.ends_with(')') && before.contains("pub("));
+            let line_start = code[..start].rfind('\n').map_or(0, |i| i + 1);
+            if !public || !code[line_start..start].trim_start().starts_with("pub") {
+                continue;
+            }
+            let mut at = code[..start + 4].chars().count();
+            for path in use_tree(&chars, &mut at, Vec::new()) {
+                let (module, item) = resolve(&here, path);
+                if let Some(item) = item.filter(|_| module != here) {
+                    reexports.entry(name.clone()).or_default().insert(item, module);
+                }
+            }
+        }
+    }
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (name, text) in modules {
         let here = segments_of(name);
@@ -316,28 +372,16 @@ fn import_graph(modules: &[(String, String)]) -> BTreeMap<String, BTreeSet<Strin
             }
             at = start;
             for path in use_tree(&chars, &mut at, Vec::new()) {
-                let mut current: Vec<String> =
-                    here.iter().cloned().chain(inline.iter().map(|(m, _, _)| m.clone())).collect();
-                let mut segments = path.into_iter();
-                match segments.next().as_deref() {
-                    Some("crate") => current.clear(),
-                    Some("super") => {
-                        current.pop();
-                    }
-                    _ => {}
-                }
-                for segment in segments {
-                    match segment.as_str() {
-                        "super" => {
-                            current.pop();
+                let from: Vec<String> = here.iter().cloned().chain(inline.iter().map(|(m, _, _)| m.clone())).collect();
+                let (mut current, item) = resolve(&from, path);
+                // Through re-exports (a few deep) to the module the item comes from.
+                if let Some(item) = item {
+                    for _ in 0..4 {
+                        match reexports.get(&module_name(&current)).and_then(|r| r.get(&item)) {
+                            Some(source) if *source != current => current = source.clone(),
+                            _ => break,
                         }
-                        "self" => {}
-                        _ => current.push(segment),
                     }
-                }
-                // The deepest module of the library the path reaches; the rest names items.
-                while !current.is_empty() && !known.contains(module_name(&current).as_str()) {
-                    current.pop();
                 }
                 if !related(&here, &current) {
                     edges.insert(module_name(&current));
@@ -423,4 +467,19 @@ fn the_layout_check_sees_an_import_circle() {
     );
     assert_eq!(graph["text"], BTreeSet::new());
     assert_eq!(cycles(&graph), ["a::c → b → a::c"]);
+}
+
+#[test]
+fn the_layout_check_sees_a_circle_through_a_reexport() {
+    let module = |name: &str, text: &str| (name.to_owned(), text.to_owned());
+    // `a::y` names `Thing` through its parent, which re-exports it from `a::x`; `a::x` uses `a::y`.
+    let modules = [
+        module("crate", "pub mod a;\n"),
+        module("a", "mod x;\nmod y;\npub use x::Thing;\npub(crate) use self::y::{Other, Third};\n"),
+        module("a::x", "pub struct Thing;\nfn f() -> super::y::Other { todo!() }\n"),
+        module("a::y", "use super::Thing;\npub struct Other;\npub struct Third;\n"),
+    ];
+    let graph = import_graph(&modules);
+    assert_eq!(graph["a::y"], BTreeSet::from(["a::x".to_owned()]), "super::Thing is a::x's");
+    assert_eq!(cycles(&graph), ["a::x → a::y → a::x"]);
 }
