@@ -163,20 +163,9 @@ impl Problem {
     /// The problem with its message and field cut to [`MAX_MESSAGE`] and [`MAX_FIELD`] bytes
     /// (at a character boundary, `…` marking the cut).
     pub fn cut(mut self) -> Self {
-        cut_text(&mut self.message, MAX_MESSAGE);
-        cut_text(&mut self.field, MAX_FIELD);
+        crate::text::cut(&mut self.message, MAX_MESSAGE);
+        crate::text::cut(&mut self.field, MAX_FIELD);
         self
-    }
-}
-
-fn cut_text(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
     }
 }
 

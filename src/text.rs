@@ -1,5 +1,6 @@
 //! Text shown to people (logs, conditions, Events, GitLab statuses and comments), free of
-//! secrets: redaction of tokens and URL user info, and the short form of a revision.
+//! secrets: redaction of tokens and URL user info, the short form of a revision, and text cut to
+//! a size.
 //!
 //! A ground-floor module: it imports nothing of the crate, so every floor can use it.
 
@@ -54,6 +55,18 @@ pub fn redact_hook_path(url: &str) -> String {
     }
 }
 
+/// `text` cut to at most `max` bytes on a character boundary, `…` marking the cut.
+pub fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
 /// The first 12 characters of a commit SHA, as messages, Events and GitLab texts show it (the
 /// whole text when shorter).
 pub fn short_revision(sha: &str) -> &str {
@@ -83,6 +96,16 @@ mod tests {
         assert_eq!(redact_url_userinfo("https://a@b@host/x"), "https://***@host/x");
         assert_eq!(redact_url_userinfo("https://user:pa/ss@host"), "https://***@host");
         assert_eq!(redact_url_userinfo("https://host/a"), "https://host/a");
+    }
+
+    #[test]
+    fn a_cut_keeps_whole_characters_and_marks_itself() {
+        let mut short = "ééé".to_owned();
+        cut(&mut short, 6);
+        assert_eq!(short, "ééé", "text within the bound is left alone");
+        let mut long = "ééé".to_owned();
+        cut(&mut long, 5);
+        assert_eq!(long, "éé…", "the cut backs off to a character boundary");
     }
 
     #[test]

@@ -89,7 +89,8 @@ pub fn set(
 ) {
     let status = if status { "True" } else { "False" }.to_owned();
     // Every condition (and so every Event, which quotes one) passes here: no URL userinfo leaves.
-    let message = truncate(&redact_userinfo(message));
+    let mut message = redact_userinfo(message);
+    crate::text::cut(&mut message, MAX_MESSAGE);
     match conditions.iter_mut().find(|c| c.type_ == kind) {
         Some(existing) => {
             if existing.status != status {
@@ -135,17 +136,6 @@ pub fn summarize(conditions: &mut Vec<Condition>, health: &Health, generation: O
             remove(conditions, STALLED);
         }
     }
-}
-
-fn truncate(message: &str) -> String {
-    if message.len() <= MAX_MESSAGE {
-        return message.to_owned();
-    }
-    let mut end = MAX_MESSAGE;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
 }
 
 #[cfg(test)]

@@ -36,14 +36,7 @@ pub fn transition(previous: &[Condition], next: &[Condition]) -> Option<Transiti
 
 /// `note` cut to [`MAX_NOTE`] bytes on a character boundary.
 fn bounded(mut note: String) -> String {
-    if note.len() > MAX_NOTE {
-        let mut end = MAX_NOTE;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push('…');
-    }
+    crate::text::cut(&mut note, MAX_NOTE);
     note
 }
 
