@@ -29,6 +29,9 @@ pub const GITLAB_SYNCED: &str = "GitLabSynced";
 /// TenantRepository with `spec.gitlab`: the commit status of the revision evaluated last is on
 /// GitLab.
 pub const COMMIT_STATUS_POSTED: &str = "CommitStatusPosted";
+/// CDTarget scaled by KEDA: whether KEDA counts the jobs its agents are running, so that it
+/// neither removes a busy agent nor leaves queued jobs waiting while all agents are busy.
+pub const BUSY_AGENTS_COUNTED: &str = "BusyAgentsCounted";
 /// TenantRepository: present only while writing its SyncStatus fails (`False`,
 /// [`REASON_WRITE_FAILED`]); the apply is not affected.
 pub const SYNC_STATUS_WRITTEN: &str = "SyncStatusWritten";
@@ -191,6 +194,22 @@ pub const REASON_CONFIG_MAP_NOT_ALLOWED: &str = "ConfigMapNotAllowed";
 pub const REASON_AGENTS_NOT_AVAILABLE: &str = "AgentsNotAvailable";
 /// KEDA has not reported the ScaledObject `Ready`.
 pub const REASON_SCALED_OBJECT_NOT_READY: &str = "ScaledObjectNotReady";
+/// KEDA has not reported the ScaledJob `Ready` (Job mode).
+pub const REASON_SCALED_JOB_NOT_READY: &str = "ScaledJobNotReady";
+/// The most recent agent Jobs of a Job-mode CDTarget failed, or their pods cannot start (an
+/// image that cannot be pulled, a container that cannot be created).
+pub const REASON_AGENT_JOBS_FAILING: &str = "AgentJobsFailing";
+/// `BusyAgentsCounted=True`: the agents run as KEDA Jobs, one per pipeline job, each running to
+/// its end.
+pub const REASON_JOB_MODE: &str = "JobMode";
+/// `BusyAgentsCounted=True`: KEDA (2.21 or newer) counts jobs agents are running
+/// (`scaleOnInFlight`).
+pub const REASON_SCALE_ON_IN_FLIGHT: &str = "ScaleOnInFlight";
+/// `BusyAgentsCounted=False`: the KEDA release (2.20) counts only jobs no agent has received, so
+/// its autoscaler may remove agents that are running a job.
+pub const REASON_KEDA_DROPS_BUSY_AGENTS: &str = "KedaDropsBusyAgents";
+/// `BusyAgentsCounted=False`: the CDTarget sets `triggerMeta.scaleOnInFlight: "false"`.
+pub const REASON_SCALE_ON_IN_FLIGHT_DISABLED: &str = "ScaleOnInFlightDisabled";
 /// The Deployment's rollout exceeded its progress deadline (`Progressing=False`,
 /// `ProgressDeadlineExceeded`); a person has to look at the agents.
 pub const REASON_ROLLOUT_FAILED: &str = "RolloutFailed";
@@ -270,9 +289,27 @@ pub fn reasons(kind: Kind) -> Vec<(&'static str, Vec<&'static str>)> {
             let ready: Vec<&str> = applied
                 .iter()
                 .copied()
-                .chain([REASON_AGENTS_NOT_AVAILABLE, REASON_SCALED_OBJECT_NOT_READY, REASON_ROLLOUT_FAILED])
+                .chain([
+                    REASON_AGENTS_NOT_AVAILABLE,
+                    REASON_SCALED_OBJECT_NOT_READY,
+                    REASON_ROLLOUT_FAILED,
+                    REASON_SCALED_JOB_NOT_READY,
+                    REASON_AGENT_JOBS_FAILING,
+                ])
                 .collect();
-            vec![(READY, ready.clone()), (RECONCILING, ready.clone()), (STALLED, ready), (APPLIED, applied)]
+            let busy = vec![
+                REASON_JOB_MODE,
+                REASON_SCALE_ON_IN_FLIGHT,
+                REASON_KEDA_DROPS_BUSY_AGENTS,
+                REASON_SCALE_ON_IN_FLIGHT_DISABLED,
+            ];
+            vec![
+                (READY, ready.clone()),
+                (RECONCILING, ready.clone()),
+                (STALLED, ready),
+                (APPLIED, applied),
+                (BUSY_AGENTS_COUNTED, busy),
+            ]
         }
     }
 }

@@ -98,3 +98,36 @@ pub struct SecretTargetRef {
     /// Key in the Secret.
     pub key: String,
 }
+
+/// A KEDA release, as far as rendering for it matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KedaVersion {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+    /// Patch version.
+    pub patch: u32,
+}
+
+impl KedaVersion {
+    /// KEDA 2.20.0: its scaler no longer counts jobs an agent has received.
+    pub const V2_20_0: KedaVersion = KedaVersion { major: 2, minor: 20, patch: 0 };
+    /// KEDA 2.21.0: `scaleOnInFlight` counts them again.
+    pub const V2_21_0: KedaVersion = KedaVersion { major: 2, minor: 21, patch: 0 };
+    /// The newest release cdtarget renders for.
+    pub const NEWEST_SUPPORTED: KedaVersion = KedaVersion::V2_21_0;
+    /// The oldest release cdtarget renders for.
+    pub const OLDEST_SUPPORTED: KedaVersion = KedaVersion::V2_20_0;
+
+    /// Whether the release's scaler counts jobs agents are running (`scaleOnInFlight`).
+    pub fn counts_busy_agents(self) -> bool {
+        self >= KedaVersion::V2_21_0
+    }
+}
+
+impl std::fmt::Display for KedaVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}

@@ -2,13 +2,13 @@
 //! admin's policy (parsed once per change of its ConfigMap, [`PolicySource`]) and whether KEDA is
 //! installed ([`Keda`]). The process wiring ([`super::process`]) feeds both from its watches.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use tokio::sync::watch;
 
+use crate::api::keda::KedaVersion;
 use crate::policy::{self, Policy};
 use crate::problem::Problem;
 
@@ -85,24 +85,45 @@ impl PolicySource {
     }
 }
 
-/// Whether KEDA is installed, shared between the reconciler and the task that re-checks it.
+/// What the controller knows of the installed KEDA: whether it is there and, when discovery
+/// could tell, which release it is ([`crate::controller::process::keda`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KedaSeen {
+    /// `keda.sh/v1alpha1` serves the kinds cdtarget renders.
+    pub installed: bool,
+    /// The release, as far as discovery could tell (`None`: it could not).
+    pub version: Option<KedaVersion>,
+}
+
+/// What is known of KEDA, shared between the reconciler and the task that re-checks it.
 #[derive(Clone, Debug, Default)]
-pub struct Keda(Arc<AtomicBool>);
+pub struct Keda(Arc<RwLock<KedaSeen>>);
 
 impl Keda {
-    /// A flag saying KEDA is (`true`) or is not installed.
+    /// KEDA is (`true`) or is not installed, its release not known.
     pub fn new(installed: bool) -> Self {
-        Keda(Arc::new(AtomicBool::new(installed)))
+        Keda::discovered(KedaSeen { installed, version: None })
+    }
+
+    /// What discovery found.
+    pub fn discovered(seen: KedaSeen) -> Self {
+        Keda(Arc::new(RwLock::new(seen)))
     }
 
     /// Whether KEDA is installed, as last seen.
     pub fn installed(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.seen().installed
+    }
+
+    /// Everything last seen.
+    pub fn seen(&self) -> KedaSeen {
+        *self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Records what was seen; returns whether it changed.
-    pub fn set(&self, installed: bool) -> bool {
-        self.0.swap(installed, Ordering::Relaxed) != installed
+    pub fn set(&self, seen: KedaSeen) -> bool {
+        let mut current = self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        std::mem::replace(&mut *current, seen) != seen
     }
 }
 

@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-use crate::api::conditions::{REASON_AGENTS_NOT_AVAILABLE, REASON_SCALED_OBJECT_NOT_READY};
+use crate::api::conditions::{
+    REASON_AGENTS_NOT_AVAILABLE, REASON_SCALED_JOB_NOT_READY, REASON_SCALED_OBJECT_NOT_READY,
+};
 use crate::controller::WAIT_RETRY;
 
 /// The agents' children as read by this reconcile.
@@ -26,6 +28,13 @@ pub struct Observed {
     /// The Deployment or the ScaledObject was written by this reconcile: what was read is
     /// older than what the controllers now work on, so nothing read counts yet.
     pub written: bool,
+    /// Job mode: `namespace/name` of the rendered ScaledJob (`None`: the render holds none).
+    pub scaled_job_name: Option<String>,
+    /// Job mode: the live ScaledJob (`None`: it did not exist when read).
+    pub scaled_job: Option<Value>,
+    /// Job mode: the agent Jobs the ScaledJob created, as listed (only those whose controller
+    /// owner is the live ScaledJob count).
+    pub agent_jobs: Vec<Value>,
 }
 
 /// When to look at agents still awaited again, given the CDTarget's conditions as they were
@@ -58,6 +67,9 @@ pub enum Agents {
     },
     /// The rollout failed ([`REASON_ROLLOUT_FAILED`]).
     Failed(String),
+    /// Job mode: the newest agent Job whose start is decided failed to start
+    /// ([`crate::api::conditions::REASON_AGENT_JOBS_FAILING`]).
+    JobsFailing(String),
 }
 
 /// Whether the agents of a CDTarget run, given the children as read, `min_replicas`
@@ -159,6 +171,119 @@ pub fn health(observed: &Observed, min_replicas: i32, keda: bool) -> Agents {
     Agents::Available(agents)
 }
 
+/// How long an agent Job may go without a ready pod before it counts as failed to start (an
+/// image that cannot be pulled, a pod that cannot be scheduled): the agent container has no
+/// readiness probe, so its pod is ready as soon as it runs.
+pub(crate) const JOB_START_GRACE: Duration = Duration::from_secs(5 * 60);
+
+/// How a Job-mode CDTarget's agents are: its ScaledJob must be `Ready`, and the newest agent Job
+/// whose start is decided must not have failed to start. A Job's start is decided once it
+/// finished, or once it has gone [`JOB_START_GRACE`] without a ready pod; it failed to start when
+/// it `Failed` (with `backoffLimit: 0` and `--once`, the agent itself exited with an error: a
+/// pipeline job that fails still ends the agent with 0) or never had a ready pod. Jobs not
+/// controlled by the live ScaledJob are not looked at (a tenant can make Jobs with KEDA's label).
+pub fn job_health(observed: &Observed, now: Timestamp) -> Agents {
+    let name = observed.scaled_job_name.as_deref().unwrap_or_default();
+    let waiting = |reason, message: String| Agents::Waiting { reason, message };
+    if observed.written {
+        return waiting(
+            REASON_SCALED_JOB_NOT_READY,
+            format!("the agents' children were just written; waiting for KEDA to report ScaledJob {name}"),
+        );
+    }
+    let Some(scaled_job) = &observed.scaled_job else {
+        return waiting(REASON_SCALED_JOB_NOT_READY, format!("ScaledJob {name} does not exist yet"));
+    };
+    match condition(scaled_job, "Ready") {
+        Some(c) if text(&c, "status") == "True" => {}
+        Some(c) => {
+            let why = [text(&c, "reason"), text(&c, "message")]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(": ");
+            return waiting(REASON_SCALED_JOB_NOT_READY, format!("ScaledJob {name} is not Ready ({why})"));
+        }
+        None => {
+            return waiting(
+                REASON_SCALED_JOB_NOT_READY,
+                format!("KEDA has not reported ScaledJob {name} Ready yet (is the KEDA operator running?)"),
+            );
+        }
+    }
+    let owner = scaled_job.pointer("/metadata/uid").and_then(Value::as_str);
+    let mut jobs: Vec<&Value> =
+        observed.agent_jobs.iter().filter(|job| owner.is_some() && controller_uid(job) == owner).collect();
+    // Newest first; RFC 3339 timestamps of one API server sort as text.
+    jobs.sort_by(|a, b| created(b).cmp(created(a)));
+    let running = jobs.iter().filter(|job| !finished(job)).count();
+    let decided = jobs.iter().find_map(|job| start_of(job, now).map(|start| (*job, start)));
+    if let Some((job, Start::Failed(why))) = decided {
+        let job_name = job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        return Agents::JobsFailing(format!(
+            "the newest agent Job of ScaledJob {name}, {job_name}, failed to start: {why}"
+        ));
+    }
+    Agents::Available(format!("ScaledJob {name} Ready; {running} agent Jobs running"))
+}
+
+/// Whether an agent Job started, once that is decided.
+enum Start {
+    /// It ran (it completed, or it has a ready pod).
+    Started,
+    /// It failed, or went [`JOB_START_GRACE`] without a ready pod: why.
+    Failed(String),
+}
+
+fn start_of(job: &Value, now: Timestamp) -> Option<Start> {
+    if let Some(c) = condition(job, "Failed").filter(|c| text(c, "status") == "True") {
+        let why = [text(&c, "reason"), text(&c, "message")].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>();
+        return Some(Start::Failed(format!("the Job failed ({})", why.join(": "))));
+    }
+    if condition(job, "Complete").is_some_and(|c| text(&c, "status") == "True") {
+        return Some(Start::Started);
+    }
+    if job.pointer("/status/ready").and_then(Value::as_i64).unwrap_or(0) > 0 {
+        return Some(Start::Started);
+    }
+    let since = created(job).parse::<Timestamp>().ok()?;
+    let waited = Duration::try_from(now.duration_since(since)).ok()?;
+    (waited >= JOB_START_GRACE).then(|| {
+        Start::Failed(format!(
+            "no pod of it has been ready for {} s since it was created (an image that cannot be pulled, or a pod that cannot be scheduled?)",
+            waited.as_secs()
+        ))
+    })
+}
+
+fn finished(job: &Value) -> bool {
+    ["Complete", "Failed"].iter().any(|type_| condition(job, type_).is_some_and(|c| text(&c, "status") == "True"))
+}
+
+fn created(job: &Value) -> &str {
+    job.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or_default()
+}
+
+fn controller_uid(job: &Value) -> Option<&str> {
+    job.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))?
+        .get("uid")?
+        .as_str()
+}
+
+fn condition(object: &Value, type_: &str) -> Option<Value> {
+    object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|list| list.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(type_)).cloned())
+}
+
+fn text(c: &Value, name: &str) -> String {
+    c.get(name).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -212,7 +337,13 @@ mod tests {
     }
 
     fn observed(deployment: Option<Value>, scaled: Option<Value>) -> Observed {
-        Observed { deployment_name: Some("team-a/agents".into()), deployment, scaled_object: scaled, written: false }
+        Observed {
+            deployment_name: Some("team-a/agents".into()),
+            deployment,
+            scaled_object: scaled,
+            written: false,
+            ..Observed::default()
+        }
     }
 
     #[test]
@@ -313,5 +444,103 @@ mod tests {
     fn hostile_status_shapes_read_as_not_available() {
         let strange = json!({"metadata": {"generation": "one"}, "status": {"conditions": {"Available": true}, "availableReplicas": "2"}});
         assert!(matches!(health(&observed(Some(strange), None), 1, false), Agents::Waiting { .. }));
+    }
+
+    fn scaled_job(ready: Option<&str>) -> Value {
+        let conditions = ready.map(|status| json!([{"type": "Ready", "status": status, "reason": "TriggerError", "message": "Triggers defined in ScaledJob are not working correctly"}])).unwrap_or(json!([]));
+        json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob", "metadata": {"name": "agents", "uid": "sj-uid"}, "status": {"conditions": conditions}})
+    }
+
+    fn agent_job(name: &str, created: &str, owner: &str, status: Value) -> Value {
+        json!({
+            "metadata": {"name": name, "creationTimestamp": created,
+                "ownerReferences": [{"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledJob", "name": "agents", "uid": owner, "controller": true}]},
+            "status": status
+        })
+    }
+
+    fn job_mode(scaled: Option<Value>, jobs: Vec<Value>) -> Observed {
+        Observed {
+            scaled_job_name: Some("team-a/agents".into()),
+            scaled_job: scaled,
+            agent_jobs: jobs,
+            ..Observed::default()
+        }
+    }
+
+    const NOW: &str = "2026-11-28T12:00:00Z";
+
+    #[test]
+    fn job_mode_is_ready_when_the_scaled_job_is_and_no_recent_agent_job_failed_to_start() {
+        let now: Timestamp = NOW.parse().unwrap();
+        let complete = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+        let running = json!({"ready": 1, "active": 1});
+        let jobs = vec![
+            agent_job("agents-a", "2026-11-28T11:00:00Z", "sj-uid", complete),
+            agent_job("agents-b", "2026-11-28T11:50:00Z", "sj-uid", running),
+            // Just created and not running yet: its start is not decided.
+            agent_job("agents-c", "2026-11-28T11:59:00Z", "sj-uid", json!({"active": 1})),
+        ];
+        assert_eq!(
+            job_health(&job_mode(Some(scaled_job(Some("True"))), jobs), now),
+            Agents::Available("ScaledJob team-a/agents Ready; 2 agent Jobs running".into())
+        );
+    }
+
+    #[test]
+    fn job_mode_waits_for_keda_to_report_the_scaled_job_ready() {
+        let now: Timestamp = NOW.parse().unwrap();
+        let Agents::Waiting { reason, message } = job_health(&job_mode(Some(scaled_job(Some("False"))), vec![]), now)
+        else {
+            panic!()
+        };
+        assert_eq!(reason, REASON_SCALED_JOB_NOT_READY);
+        assert_eq!(
+            message,
+            "ScaledJob team-a/agents is not Ready (TriggerError: Triggers defined in ScaledJob are not working correctly)"
+        );
+        let Agents::Waiting { message, .. } = job_health(&job_mode(Some(scaled_job(None)), vec![]), now) else {
+            panic!()
+        };
+        assert!(message.ends_with("(is the KEDA operator running?)"), "{message}");
+        assert!(matches!(job_health(&job_mode(None, vec![]), now), Agents::Waiting { .. }));
+        let written = Observed { written: true, ..job_mode(Some(scaled_job(Some("True"))), vec![]) };
+        assert!(matches!(job_health(&written, now), Agents::Waiting { reason: REASON_SCALED_JOB_NOT_READY, .. }));
+    }
+
+    #[test]
+    fn job_mode_fails_when_the_newest_decided_agent_job_failed_or_never_got_a_ready_pod() {
+        let now: Timestamp = NOW.parse().unwrap();
+        let failed = json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]});
+        let complete = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+        let older_complete = agent_job("agents-a", "2026-11-28T10:00:00Z", "sj-uid", complete.clone());
+        let newer_failed = agent_job("agents-b", "2026-11-28T11:00:00Z", "sj-uid", failed.clone());
+        assert_eq!(
+            job_health(&job_mode(Some(scaled_job(Some("True"))), vec![older_complete.clone(), newer_failed.clone()]), now),
+            Agents::JobsFailing("the newest agent Job of ScaledJob team-a/agents, agents-b, failed to start: the Job failed (BackoffLimitExceeded: Job has reached the specified backoff limit)".into())
+        );
+        // A Job that completed after the failure makes the agents healthy again.
+        let newest_complete = agent_job("agents-c", "2026-11-28T11:30:00Z", "sj-uid", complete);
+        let recovered = vec![older_complete, newer_failed, newest_complete];
+        assert!(matches!(job_health(&job_mode(Some(scaled_job(Some("True"))), recovered), now), Agents::Available(_)));
+        // Stuck without a ready pod past the grace: an image that cannot be pulled.
+        let stuck = agent_job("agents-d", "2026-11-28T11:50:00Z", "sj-uid", json!({"active": 1, "ready": 0}));
+        let Agents::JobsFailing(message) = job_health(&job_mode(Some(scaled_job(Some("True"))), vec![stuck]), now)
+        else {
+            panic!()
+        };
+        assert!(message.contains("agents-d, failed to start: no pod of it has been ready for 600 s"), "{message}");
+    }
+
+    #[test]
+    fn jobs_the_scaled_job_does_not_control_are_not_counted() {
+        let now: Timestamp = NOW.parse().unwrap();
+        let failed = json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]});
+        // A tenant's own Job with KEDA's label, or one of a deleted ScaledJob of the same name.
+        let foreign = agent_job("agents-x", "2026-11-28T11:59:00Z", "someone-else", failed);
+        assert_eq!(
+            job_health(&job_mode(Some(scaled_job(Some("True"))), vec![foreign]), now),
+            Agents::Available("ScaledJob team-a/agents Ready; 0 agent Jobs running".into())
+        );
     }
 }

@@ -18,7 +18,9 @@ use super::execute::Written;
 use super::plan::Plan;
 use super::{AgentWatches, Error, SCHEDULE};
 use super::{STALLED_RESYNC, agents, children, inventory};
-use crate::api::conditions::{REASON_API_ERROR, REASON_NAME_CONFLICT, REASON_ROLLOUT_FAILED};
+use crate::api::conditions::{
+    REASON_AGENT_JOBS_FAILING, REASON_API_ERROR, REASON_NAME_CONFLICT, REASON_ROLLOUT_FAILED,
+};
 use crate::api::{CDTarget, ChildReference, RenderedSummary};
 use crate::controller::conditions::Health;
 use crate::error::Classify;
@@ -67,7 +69,12 @@ pub fn decide(
     };
     let (health, requeue) = match (&applied, written, &plan.children) {
         (Health::Ready { reason, message }, Ok(Written::Children(done)), Some(children)) => {
-            match agents::health(&done.agents, min_replicas(children), children.scaled_object().is_some()) {
+            let agents = if done.agents.scaled_job_name.is_some() {
+                agents::job_health(&done.agents, now)
+            } else {
+                agents::health(&done.agents, min_replicas(children), children.scaled_object().is_some())
+            };
+            match agents {
                 agents::Agents::Available(agents) => {
                     (Health::Ready { reason: reason.clone(), message: format!("{agents}; {message}") }, requeue)
                 }
@@ -85,6 +92,9 @@ pub fn decide(
                 }
                 agents::Agents::Failed(message) => {
                     (Health::Stalled { reason: REASON_ROLLOUT_FAILED.into(), message }, requeue)
+                }
+                agents::Agents::JobsFailing(message) => {
+                    (Health::Stalled { reason: REASON_AGENT_JOBS_FAILING.into(), message }, requeue)
                 }
             }
         }
@@ -161,6 +171,7 @@ mod tests {
             deployment,
             scaled_object,
             written: false,
+            ..agents::Observed::default()
         };
         Written::Children(Applied { agents, inventory: Vec::new() })
     }

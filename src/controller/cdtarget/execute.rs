@@ -77,6 +77,7 @@ pub(crate) async fn write_children(
         deployment: live(ChildKind::Deployment),
         scaled_object: live(ChildKind::ScaledObject),
         written: false,
+        ..agents::Observed::default()
     };
 
     for ((kind, desired), write) in objects.into_iter().zip(writes) {

@@ -31,7 +31,7 @@ use crate::apply::Writer;
 use crate::controller::cdtarget::echoes::Echoes;
 use crate::controller::events::EventSink;
 use crate::controller::frame::Framed;
-use crate::controller::inputs::{Keda, PolicySource};
+use crate::controller::inputs::{Keda, KedaSeen, PolicySource};
 use crate::controller::{cdtarget, tenant_repository};
 use crate::gitlab;
 use crate::render::ChildKind;
@@ -53,6 +53,8 @@ pub struct Settings {
     pub reconcile_concurrency: u16,
     /// Whether KEDA was installed at start-up.
     pub keda: bool,
+    /// KEDA's release as discovered at start-up (`None`: not known).
+    pub keda_version: Option<crate::api::keda::KedaVersion>,
     /// Ask discovery every [`super::keda::KEDA_RECHECK`] whether KEDA came or went.
     pub recheck_keda: bool,
     /// `--default-tenant-service-account`.
@@ -75,6 +77,7 @@ impl Settings {
             policy_name: policy_name.to_owned(),
             reconcile_concurrency: 8,
             keda: true,
+            keda_version: None,
             recheck_keda: false,
             default_tenant_service_account: None,
             cdtarget_resync: cdtarget::RESYNC,
@@ -171,7 +174,7 @@ impl Builder {
             policy_sender,
             vec![repo_policy_changed, target_policy_changed],
         )));
-        let keda = Keda::new(settings.keda);
+        let keda = Keda::discovered(KedaSeen { installed: settings.keda, version: settings.keda_version });
         let (keda_changed, keda_changes) = mpsc::unbounded();
         if settings.recheck_keda {
             tasks.push(tokio::spawn(recheck_keda(client.clone(), keda.clone(), keda_changed)));

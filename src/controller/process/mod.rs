@@ -34,7 +34,7 @@ use crate::webhook;
 pub use builder::{Builder, Reconciled, Running, Settings};
 pub use flags::gitlab_settings;
 pub(crate) use flags::{Args, shard_config, webhook_limits};
-pub(crate) use keda::keda_installed;
+pub(crate) use keda::discover_keda;
 pub use registrations::Registrations;
 pub(crate) use shutdown::stop_on_signal;
 pub use shutdown::stopped;
@@ -233,9 +233,13 @@ async fn reconcile_until_stopped(
     registrations: Registrations,
     stop: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    let keda = keda_installed(&client).await.map_err(|source| RunError::Kube { what: "discovering KEDA", source })?;
-    if !keda {
-        info!("KEDA (keda.sh/v1alpha1 ScaledObject) is not installed: agents run as plain Deployments");
+    let keda = discover_keda(&client).await.map_err(|source| RunError::Kube { what: "discovering KEDA", source })?;
+    match keda.version {
+        _ if !keda.installed => {
+            info!("KEDA (keda.sh/v1alpha1 ScaledObject, ScaledJob) is not installed: agents run as plain Deployments")
+        }
+        Some(version) => info!(%version, "KEDA is installed (release from the schema of its CRDs)"),
+        None => {}
     }
     let git_timeout = args.git_timeout;
     source::set_io_timeout(git_timeout);
@@ -259,7 +263,8 @@ async fn reconcile_until_stopped(
         namespace: args.namespace.clone(),
         policy_name: args.policy_configmap.clone(),
         reconcile_concurrency: args.reconcile_concurrency,
-        keda,
+        keda: keda.installed,
+        keda_version: keda.version,
         recheck_keda: true,
         default_tenant_service_account: args.default_tenant_service_account.clone(),
         cdtarget_resync: args.cdtarget_resync_interval,
@@ -275,7 +280,7 @@ async fn reconcile_until_stopped(
         load_concurrency: args.load_concurrency,
     };
     let shard = shard_config(args.shard_selector.as_deref());
-    let sources = Sources::watches(&client, &args.namespace, &args.policy_configmap, shard, keda);
+    let sources = Sources::watches(&client, &args.namespace, &args.policy_configmap, shard, keda.installed);
     let running = Builder::new(client, settings, fetcher, registrations, sources)
         .with_gitlab(gitlab)
         .with_recorder(recorder)
