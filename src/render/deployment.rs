@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::keda::TOKEN_KEY;
 use super::{Scaling, SecretDigests, ValidTarget, child_metadata, object_labels, secrets_digest, selector_labels};
-use crate::api::labels;
-use crate::policy::Policy;
+use crate::api::{AgentMode, labels};
+use crate::policy::{Policy, RunOnceConvention};
 
 /// Where the tenant's CA Secret is mounted in the init container.
 pub(crate) const TENANT_CA_DIR: &str = "/var/run/cdtarget/tenant-ca";
@@ -57,22 +57,53 @@ if [ -f /etc/ssl/certs/ca-certificates.crt ]; then cat /etc/ssl/certs/ca-certifi
 for f in /var/run/cdtarget/tenant-ca/*; do [ -f "$f" ] || continue; cat "$f" >> "$out"; echo >> "$out"; done
 "#;
 
-/// Renders the Deployment named after the CDTarget.
+/// Renders the Deployment named after the CDTarget (Deployment mode).
 pub(crate) fn deployment(
     valid: &ValidTarget<'_>,
     policy: &Policy,
     digests: &SecretDigests,
     scaling: Scaling,
 ) -> Deployment {
+    Deployment {
+        metadata: child_metadata(valid, valid.name),
+        spec: Some(DeploymentSpec {
+            // With KEDA the HPA owns replicas; applying a count would fight it (seed defect 10).
+            replicas: (scaling == Scaling::Fixed).then_some(valid.min_replicas),
+            selector: LabelSelector { match_labels: Some(selector_labels(valid)), ..Default::default() },
+            template: pod_template(valid, policy, digests),
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The agent pod, as the Deployment and the ScaledJob's Jobs both run it: its labels include
+/// [`selector_labels`], so the egress NetworkPolicy selects it in either mode. In Job mode the
+/// agent is also told to run once ([`ValidTarget::run_once`]) and never restarted in place.
+pub(crate) fn pod_template(valid: &ValidTarget<'_>, policy: &Policy, digests: &SecretDigests) -> PodTemplateSpec {
     let spec = valid.spec();
     let has_ca = spec.ca_cert_ref.is_some();
     let mut pod_labels = object_labels(valid);
     pod_labels.insert(labels::APP_COMPONENT.into(), "agent".into());
 
+    let mut env = environment(valid);
+    let mut args = None;
+    match &valid.run_once {
+        None | Some(RunOnceConvention::BuiltIn) => {}
+        Some(RunOnceConvention::Argument(argument)) => args = Some(vec![argument.clone()]),
+        Some(RunOnceConvention::Environment { name, value: text }) => {
+            let var = value(name, text);
+            match env.iter_mut().find(|e| &e.name == name) {
+                Some(rendered) => *rendered = var,
+                None => env.push(var),
+            }
+        }
+    }
     let agent = Container {
         name: "agent".into(),
         image: Some(spec.agent_image.clone()),
-        env: Some(environment(valid)),
+        args,
+        env: Some(env),
         resources: spec.agent_resources.clone(),
         security_context: Some(container_security_context()),
         volume_mounts: has_ca.then(|| vec![mount("ca-bundle", CA_BUNDLE_DIR)]),
@@ -103,55 +134,42 @@ pub(crate) fn deployment(
         ]
     });
 
-    Deployment {
-        metadata: child_metadata(valid, valid.name),
-        spec: Some(DeploymentSpec {
-            // With KEDA the HPA owns replicas; applying a count would fight it (seed defect 10).
-            replicas: (scaling == Scaling::Fixed).then_some(valid.min_replicas),
-            selector: LabelSelector { match_labels: Some(selector_labels(valid)), ..Default::default() },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: Some(BTreeMap::from([(
-                        labels::SECRETS_DIGEST.into(),
-                        secrets_digest(valid.target, digests),
-                    )])),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![agent],
-                    init_containers,
-                    volumes,
-                    image_pull_secrets: (!spec.image_pull_secrets.is_empty()).then(|| spec.image_pull_secrets.clone()),
-                    dns_policy: spec.dns_policy.clone(),
-                    dns_config: spec.dns_config.as_ref().map(|config| PodDNSConfig {
-                        // The nameservers as checked: canonical, each once.
-                        nameservers: config
-                            .nameservers
-                            .as_ref()
-                            .map(|_| valid.nameservers.iter().map(|net| net.addr().to_string()).collect()),
-                        ..config.clone()
-                    }),
-                    automount_service_account_token: Some(false),
-                    enable_service_links: Some(false),
-                    termination_grace_period_seconds: Some(policy.termination_grace_period_seconds),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(policy.run_as_user),
-                        run_as_group: Some(policy.run_as_user),
-                        fs_group: Some(policy.run_as_user),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            localhost_profile: None,
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: Some(BTreeMap::from([(labels::SECRETS_DIGEST.into(), secrets_digest(valid.target, digests))])),
+            ..ObjectMeta::default()
         }),
-        status: None,
+        spec: Some(PodSpec {
+            containers: vec![agent],
+            init_containers,
+            volumes,
+            // A Job's agent that fails must not restart in place and take a second job; a
+            // Deployment's pods restart as Deployments require.
+            restart_policy: (valid.mode == AgentMode::Job).then(|| "Never".into()),
+            image_pull_secrets: (!spec.image_pull_secrets.is_empty()).then(|| spec.image_pull_secrets.clone()),
+            dns_policy: spec.dns_policy.clone(),
+            dns_config: spec.dns_config.as_ref().map(|config| PodDNSConfig {
+                // The nameservers as checked: canonical, each once.
+                nameservers: config
+                    .nameservers
+                    .as_ref()
+                    .map(|_| valid.nameservers.iter().map(|net| net.addr().to_string()).collect()),
+                ..config.clone()
+            }),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(policy.termination_grace_period_seconds),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(policy.run_as_user),
+                run_as_group: Some(policy.run_as_user),
+                fs_group: Some(policy.run_as_user),
+                seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
+                ..PodSecurityContext::default()
+            }),
+            ..PodSpec::default()
+        }),
     }
 }
 
