@@ -9,16 +9,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::JobSpec;
 
+pub(crate) use super::pod::TOKEN_KEY;
 use super::validate::SCALE_ON_IN_FLIGHT;
-use super::{SecretDigests, ValidTarget, child_metadata, deployment};
+use super::{SecretDigests, ValidTarget, child_metadata, pod};
 use crate::api::keda::{
     AuthenticationRef, KedaVersion, Rollout, ScaleTargetRef, ScaleTrigger, ScaledJob, ScaledJobSpec, ScaledObject,
     ScaledObjectSpec, ScalingStrategy, SecretTargetRef, TriggerAuthentication, TriggerAuthenticationSpec,
 };
 use crate::policy::Policy;
-
-/// Key of the personal access token in the token Secret.
-pub(crate) const TOKEN_KEY: &str = "AZP_TOKEN";
 
 /// The scaler's metadata every KEDA object starts from: the pool and where the organization URL
 /// is read.
@@ -102,7 +100,7 @@ pub(crate) fn scaled_job(
         valid.name,
         ScaledJobSpec {
             job_target_ref: JobSpec {
-                template: deployment::pod_template(valid, policy, digests),
+                template: pod::pod_template(valid, policy, digests),
                 active_deadline_seconds: Some(jobs.active_deadline_seconds),
                 backoff_limit: Some(0),
                 ..JobSpec::default()

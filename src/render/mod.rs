@@ -9,6 +9,7 @@ pub(crate) mod children;
 pub(crate) mod deployment;
 pub(crate) mod keda;
 pub(crate) mod network_policy;
+pub(crate) mod pod;
 pub(crate) mod validate;
 
 use std::collections::BTreeMap;
