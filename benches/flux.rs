@@ -89,6 +89,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::tenant_repository::webhook_path;
 use cdtarget::render::{Scaling, SecretDigests};
@@ -334,9 +335,13 @@ fn generate(upstream: &Upstream, tenants: usize, targets: usize) -> Result<(), S
                             let mut target: CDTarget =
                                 serde_saphyr::from_str(&yaml).map_err(|e| format!("fleet CDTarget: {e}"))?;
                             target.metadata.namespace = Some(ns.clone());
-                            let rendered =
-                                cdtarget::render::render(&target, policy, &SecretDigests::new(), Scaling::Keda)
-                                    .map_err(|p| format!("rendering {ns}/agents-{t}: {p:?}"))?;
+                            let rendered = cdtarget::render::render(
+                                &target,
+                                policy,
+                                &SecretDigests::new(),
+                                Scaling::Keda(KedaVersion::NEWEST_SUPPORTED),
+                            )
+                            .map_err(|p| format!("rendering {ns}/agents-{t}: {p:?}"))?;
                             children.extend(rendered.iter().map(cdtarget::yaml::to_yaml));
                             cdtargets.push(yaml);
                         }

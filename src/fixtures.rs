@@ -162,6 +162,18 @@ impl CDTarget {
         self
     }
 
+    /// `spec.mode` (`Deployment`, `Job`, or anything a tenant might write).
+    pub fn with_mode(mut self, mode: &str) -> Self {
+        self.spec.mode = Some(mode.into());
+        self
+    }
+
+    /// `spec.config.agentName`.
+    pub fn with_agent_name(mut self, name: &str) -> Self {
+        self.spec.config.agent_name = Some(name.into());
+        self
+    }
+
     /// `status`, as the controller last wrote it.
     pub fn with_status(mut self, status: CDTargetStatus) -> Self {
         self.status = Some(status);
@@ -435,13 +447,19 @@ pub fn env_from_config_map(name: &str, config_map: &str, key: &str) -> EnvVar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::keda::KedaVersion;
     use crate::policy::Policy;
     use crate::render::{self, Scaling, SecretDigests};
 
     #[test]
     fn the_test_cdtarget_renders_under_the_default_policy() {
         let target = CDTarget::test().with_ips(&["10.1.2.3", "192.168.10.0/24"]).with_replicas(2, 5);
-        let children = render::render(&target, &Policy::default(), &SecretDigests::new(), Scaling::Keda);
+        let children = render::render(
+            &target,
+            &Policy::default(),
+            &SecretDigests::new(),
+            Scaling::Keda(KedaVersion::NEWEST_SUPPORTED),
+        );
         assert!(children.is_ok(), "{children:?}");
     }
 

@@ -9,6 +9,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::policy::address::{self, Use};
 use cdtarget::policy::{Policy, cidr, outbound};
 use cdtarget::render::{self, Children, Scaling, SecretDigests};
@@ -48,13 +49,20 @@ pub fn check(data: &[u8]) {
     }
     // The whole `ip` list, then the whole nameserver list, through the renderer.
     let as_ip = target(json!({ "ip": entries }));
-    if let Ok(children) = render::render(&as_ip, &policy, &SecretDigests::new(), Scaling::Keda) {
+    if let Ok(children) =
+        render::render(&as_ip, &policy, &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+    {
         assert_egress_within_policy(&children, &policy, "spec.ip");
     }
     // Custom nameservers are refused by default; allowed here so they reach the address check.
     let nameserver_policy = Policy { allow_custom_nameservers: true, ..Policy::default() };
     let as_nameservers = target(json!({ "dnsPolicy": "None", "dnsConfig": { "nameservers": entries } }));
-    if let Ok(children) = render::render(&as_nameservers, &nameserver_policy, &SecretDigests::new(), Scaling::Keda) {
+    if let Ok(children) = render::render(
+        &as_nameservers,
+        &nameserver_policy,
+        &SecretDigests::new(),
+        Scaling::Keda(KedaVersion::NEWEST_SUPPORTED),
+    ) {
         assert_egress_within_policy(&children, &nameserver_policy, "spec.dnsConfig.nameservers");
     }
 }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::api::labels;
 use cdtarget::manifests::{self, Content, SourceFile};
 use cdtarget::policy::Policy;
@@ -109,7 +110,7 @@ fn check_files(files: Vec<SourceFile>) {
 
     for target in set.cdtargets() {
         let name = target.metadata.name.as_deref().unwrap_or_default();
-        for scaling in [Scaling::Keda, Scaling::Fixed] {
+        for scaling in [Scaling::Keda(KedaVersion::V2_20_0), Scaling::Keda(KedaVersion::V2_21_0), Scaling::Fixed] {
             let children = render::render(target, &policy, &SecretDigests::new(), scaling)
                 .unwrap_or_else(|p| panic!("CDTarget `{name}` was accepted but does not render: {p:?}"));
             check_children(name, &children);

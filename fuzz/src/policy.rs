@@ -10,6 +10,7 @@
 //! rendered under it opens no address it forbids.
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::policy::{self, Policy};
 use cdtarget::render::{self, Scaling, SecretDigests};
 use serde_json::json;
@@ -91,7 +92,9 @@ fn check_rendered_under(policy: &Policy) {
     let spec = serde_json::from_value(spec).expect("the fixture spec deserialises");
     let mut target = CDTarget::new("agents", spec);
     target.metadata.namespace = Some("tenant-a".into());
-    if let Ok(children) = render::render(&target, policy, &SecretDigests::new(), Scaling::Keda) {
+    if let Ok(children) =
+        render::render(&target, policy, &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+    {
         super::address::assert_egress_within_policy(&children, policy, "CDTarget under the fuzzed policy");
     }
 }

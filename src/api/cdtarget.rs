@@ -95,6 +95,46 @@ pub struct CDTargetSpec {
     /// DNS settings of the agent pods; custom nameservers also get an egress rule on port 53.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns_config: Option<PodDNSConfig>,
+
+    /// How the agents run: `Deployment` (long-lived agents scaled by a KEDA ScaledObject) or
+    /// `Job` (a KEDA ScaledJob starts one Job per queued pipeline job; its agent takes that job
+    /// and exits). Default: the policy's `agents.modes.default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["Deployment", "Job"]))]
+    pub mode: Option<String>,
+}
+
+/// How a CDTarget's agents run (`spec.mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AgentMode {
+    /// Long-lived agents in a Deployment, scaled by a KEDA ScaledObject.
+    Deployment,
+    /// One Job per queued pipeline job, started by a KEDA ScaledJob; each agent runs once.
+    Job,
+}
+
+impl AgentMode {
+    /// Every mode, in the order they are listed in messages.
+    pub const ALL: [AgentMode; 2] = [AgentMode::Deployment, AgentMode::Job];
+
+    /// The spelling in `spec.mode` and in the policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentMode::Deployment => "Deployment",
+            AgentMode::Job => "Job",
+        }
+    }
+
+    /// The mode spelled `text` (case-exact, as the CRD's enum), if any.
+    pub fn parse(text: &str) -> Option<AgentMode> {
+        AgentMode::ALL.into_iter().find(|mode| mode.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for AgentMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Bounds on every list and map a tenant writes in a CDTarget: `maxItems` / `maxProperties` in
@@ -205,8 +245,15 @@ pub struct ChildReference {
 pub struct RenderedSummary {
     /// Name of the egress NetworkPolicy.
     pub network_policy: String,
-    /// Name of the agent Deployment.
-    pub deployment: String,
+    /// How the agents run: `Deployment` or `Job` (absent in a summary written before modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Name of the agent Deployment (absent in Job mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// Name of the KEDA ScaledJob (Job mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaled_job: Option<String>,
     /// Name of the KEDA ScaledObject (absent when KEDA is not installed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaled_object: Option<String>,

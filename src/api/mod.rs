@@ -12,7 +12,7 @@ pub mod reconcile_request;
 pub mod sync_status;
 pub mod tenant_repository;
 
-pub use cdtarget::{AgentConfig, CDTarget, CDTargetSpec, CDTargetStatus, ChildReference, RenderedSummary};
+pub use cdtarget::{AgentConfig, AgentMode, CDTarget, CDTargetSpec, CDTargetStatus, ChildReference, RenderedSummary};
 pub use policy::PolicyDocument;
 pub use sync_status::{SyncStatus, SyncStatusSpec, SyncStatusStatus};
 pub use tenant_repository::{TenantRepository, TenantRepositorySpec, TenantRepositoryStatus};

@@ -17,6 +17,8 @@ pub struct PolicyDocument {
     pub agents: AgentsDocument,
     /// What tenants may not apply from their repositories.
     pub tenancy: TenancyDocument,
+    /// The KEDA the children are rendered for.
+    pub keda: KedaDocument,
 }
 
 /// Egress guardrails.
@@ -190,6 +192,10 @@ pub struct AgentsDocument {
     /// `dev.azure.com`, `*.visualstudio.com` (one label), or an IP address or CIDR for literal
     /// addresses; default the Azure DevOps hosts.
     pub allowed_url_hosts: Vec<String>,
+    /// How agents may run (`spec.mode`): the modes tenants may choose and the default.
+    pub modes: ModesDocument,
+    /// Settings of agents run as Jobs (`spec.mode: Job`).
+    pub jobs: JobsDocument,
 }
 
 impl Default for AgentsDocument {
@@ -200,7 +206,100 @@ impl Default for AgentsDocument {
             termination_grace_period_seconds: 3600,
             run_as_user: 1000,
             allowed_url_hosts: vec!["dev.azure.com".into(), "*.visualstudio.com".into()],
+            modes: ModesDocument::default(),
+            jobs: JobsDocument::default(),
         }
+    }
+}
+
+/// The agent modes (`Deployment`, `Job`) tenants may choose.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ModesDocument {
+    /// The mode of a CDTarget without `spec.mode`; must be allowed; default `Deployment`.
+    pub default: String,
+    /// The modes a CDTarget may ask for; default both.
+    pub allowed: Vec<String>,
+}
+
+impl Default for ModesDocument {
+    fn default() -> Self {
+        ModesDocument { default: "Deployment".into(), allowed: vec!["Deployment".into(), "Job".into()] }
+    }
+}
+
+/// Settings of the Jobs a ScaledJob starts.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct JobsDocument {
+    /// The longest a Job (one agent, one pipeline job) may run, in seconds; default 21600 (6 h).
+    pub active_deadline_seconds: i64,
+    /// Finished Jobs kept per CDTarget; default 3.
+    pub successful_jobs_history_limit: i64,
+    /// Failed Jobs kept per CDTarget; default 5.
+    pub failed_jobs_history_limit: i64,
+    /// How an agent image is told to take one job and exit, by image prefix (the longest
+    /// matching prefix wins); default Microsoft's documented image: the argument `--once`.
+    pub run_once: Vec<RunOnceDocument>,
+}
+
+impl Default for JobsDocument {
+    fn default() -> Self {
+        JobsDocument {
+            active_deadline_seconds: 21600,
+            successful_jobs_history_limit: 3,
+            failed_jobs_history_limit: 5,
+            run_once: vec![RunOnceDocument {
+                image_prefix: String::new(),
+                convention: "argument".into(),
+                argument: None,
+                environment: None,
+            }],
+        }
+    }
+}
+
+/// How the agent images starting with `imagePrefix` run once.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOnceDocument {
+    /// The images this entry is for (`""` matches every image).
+    pub image_prefix: String,
+    /// `argument` (a container argument, `argument`, default `--once`), `environment` (a
+    /// variable, `environment`), or `builtIn` (the image already exits after one job).
+    pub convention: String,
+    /// With `argument`: the argument; default `--once`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument: Option<String>,
+    /// With `environment`: the variable and its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<RunOnceEnvironmentDocument>,
+}
+
+/// An environment variable that makes an agent run once.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOnceEnvironmentDocument {
+    /// The variable's name.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// The KEDA the children are rendered for.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KedaDocument {
+    /// The KEDA release to render for, e.g. `2.21.0`; empty (the default) lets the controller
+    /// find out the installed one.
+    pub version: String,
+    /// Seconds between KEDA's looks at a pool's queue (`pollingInterval`); default 30.
+    pub polling_interval_seconds: i64,
+}
+
+impl Default for KedaDocument {
+    fn default() -> Self {
+        KedaDocument { version: String::new(), polling_interval_seconds: 30 }
     }
 }
 

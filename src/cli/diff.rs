@@ -216,7 +216,9 @@ async fn preview(args: &DiffArgs, policy: &Policy, set: &ApplySet) -> Result<(Ve
         discovery.lookup("keda.sh/v1alpha1", "ScaledObject").await.map_err(|e| cluster_error("discovery", e))?,
         Lookup::Served { .. }
     );
-    let scaling = if keda { Scaling::Keda } else { Scaling::Fixed };
+    // The installed release is not discovered: the policy's pin, else the newest supported.
+    let version = policy.keda.version.unwrap_or(crate::api::keda::KedaVersion::NEWEST_SUPPORTED);
+    let scaling = if keda { Scaling::Keda(version) } else { Scaling::Fixed };
     let mut client_side = BTreeSet::new();
     for target in set.cdtargets() {
         for (resource, body) in children(&tenant, namespace, target, policy, scaling).await? {

@@ -18,6 +18,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::CustomResourceExt;
 
+use crate::api::keda::KedaVersion;
 use crate::api::{CDTarget, SyncStatus, TenantRepository};
 use crate::manifests::{self, ApplySet, Content, Limits};
 use crate::policy::{self, Policy};
@@ -42,15 +43,29 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the complete apply set of a tenant repository as multi-document YAML: the tenant's
-    /// documents plus the rendered children of every CDTarget. All or nothing: on any problem
-    /// nothing is printed on stdout and every problem goes to stderr.
-    Render(SourceArgs),
+    /// documents plus the rendered children of every CDTarget, for the KEDA of
+    /// `--keda-version`. All or nothing: on any problem nothing is printed on stdout and every
+    /// problem goes to stderr. Risks of that KEDA (busy agents scaled down) are warned about on
+    /// stderr.
+    Render {
+        /// Where the manifests come from.
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The KEDA rendered for.
+        #[command(flatten)]
+        keda: KedaArgs,
+    },
     /// Check a tenant repository and print one line per problem
-    /// (`file:DOC: field: what is wrong`); exits non-zero when there is any.
+    /// (`file:DOC: field: what is wrong`); exits non-zero when there is any. Risks of the KEDA
+    /// of `--keda-version` are warned about on stderr (`warning: file:DOC: field: …`) and do not
+    /// fail the check.
     Validate {
         /// Where the manifests come from.
         #[command(flatten)]
         source: SourceArgs,
+        /// The KEDA checked for.
+        #[command(flatten)]
+        keda: KedaArgs,
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Text, value_name = "FORMAT")]
         output: Output,
@@ -146,6 +161,35 @@ pub struct SourceArgs {
     pub max_total_bytes: u64,
 }
 
+/// The KEDA release `render` and `validate` work for.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct KedaArgs {
+    /// The KEDA release of the cluster (`2.21`, `2.21.0`, `v2.21.0`), which decides what the
+    /// ScaledObject and ScaledJob count. Default: the policy's `keda.version`, else the newest
+    /// supported release (2.21.0).
+    #[arg(long, value_name = "VERSION", value_parser = parse_keda_version)]
+    pub keda_version: Option<KedaVersion>,
+}
+
+impl KedaArgs {
+    /// The release to render for: the flag, else the policy's pin, else the newest supported.
+    pub fn version(&self, policy: &Policy) -> KedaVersion {
+        self.keda_version.or(policy.keda.version).unwrap_or(KedaVersion::NEWEST_SUPPORTED)
+    }
+}
+
+/// Reads `--keda-version`: a release cdtarget renders for.
+fn parse_keda_version(text: &str) -> Result<KedaVersion, String> {
+    let version: KedaVersion = text.parse()?;
+    if version < KedaVersion::OLDEST_SUPPORTED {
+        return Err(format!(
+            "KEDA {version} is older than the oldest release cdtarget renders for ({})",
+            KedaVersion::OLDEST_SUPPORTED
+        ));
+    }
+    Ok(version)
+}
+
 /// Output format of `validate`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -170,8 +214,12 @@ pub fn main() -> ExitCode {
     let stdout = io::stdout();
     let stderr = io::stderr();
     let result = match cli.command {
-        Command::Render(args) => render_command(&args, &mut BufWriter::new(stdout.lock()), &mut stderr.lock()),
-        Command::Validate { source, output } => validate_command(&source, output, &mut stdout.lock()),
+        Command::Render { source, keda } => {
+            render_command(&source, keda, &mut BufWriter::new(stdout.lock()), &mut stderr.lock())
+        }
+        Command::Validate { source, keda, output } => {
+            validate_command(&source, keda, output, &mut stdout.lock(), &mut stderr.lock())
+        }
         Command::Crds { output_dir: None } => stdout.lock().write_all(crds_yaml().as_bytes()).map(|()| true),
         Command::Crds { output_dir: Some(dir) } => write_crds(&dir).map(|()| true),
         Command::WebhookPath(args) => {
@@ -269,12 +317,22 @@ fn read_policy(path: &Path) -> Result<Policy, Vec<Problem>> {
     policy::parse(&text, &shown)
 }
 
-/// `cdtarget render`: writes the apply set, or every problem. Returns whether it rendered.
-pub fn render_command(args: &SourceArgs, out: &mut impl Write, err: &mut impl Write) -> io::Result<bool> {
+/// `cdtarget render`: writes the apply set (and the busy-agent warnings on `err`), or every
+/// problem. Returns whether it rendered.
+pub fn render_command(
+    args: &SourceArgs,
+    keda: KedaArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> io::Result<bool> {
     match load_source(args) {
         Ok((policy, set)) => {
-            write_apply_set(&set, &policy, &SecretDigests::new(), out)?;
+            let scaling = Scaling::Keda(keda.version(&policy));
+            write_apply_set(&set, &policy, &SecretDigests::new(), scaling, out)?;
             out.flush()?;
+            for warning in warnings(&set, &policy, scaling) {
+                writeln!(err, "warning: {warning}")?;
+            }
             Ok(true)
         }
         Err(problems) => {
@@ -286,11 +344,27 @@ pub fn render_command(args: &SourceArgs, out: &mut impl Write, err: &mut impl Wr
     }
 }
 
+/// The risks the CDTargets of `set` run under `scaling` ([`render::busy_agent_risk`]), each
+/// located at its CDTarget's `spec.mode`.
+pub fn warnings(set: &ApplySet, policy: &Policy, scaling: Scaling) -> Vec<Problem> {
+    let mut found = Vec::new();
+    for document in &set.documents {
+        let Content::CDTarget(target) = &document.content else { continue };
+        let Ok(valid) = render::validate(target, policy) else { continue };
+        if let Some(risk) = render::busy_agent_risk(valid.mode, scaling, &target.spec.trigger_meta) {
+            let problem = Problem::field("spec.mode", risk);
+            found.push(problem.located(&document.file, Some(document.index), Some(document.line)));
+        }
+    }
+    found
+}
+
 /// Writes the tenant's documents in apply order, then the children of every CDTarget.
 pub fn write_apply_set(
     set: &ApplySet,
     policy: &Policy,
     digests: &SecretDigests,
+    scaling: Scaling,
     out: &mut impl Write,
 ) -> io::Result<()> {
     for document in &set.documents {
@@ -301,7 +375,7 @@ pub fn write_apply_set(
         write_document(out, &text)?;
     }
     for target in set.cdtargets() {
-        let children = render::render(target, policy, digests, Scaling::Keda)
+        let children = render::render(target, policy, digests, scaling)
             .map_err(|_| io::Error::other("a CDTarget that passed validation failed to render"))?;
         for child in &children {
             write_document(out, &to_yaml(child))?;
@@ -319,13 +393,27 @@ fn write_document(out: &mut impl Write, text: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// `cdtarget validate`: reports every problem. Returns whether the tree is valid.
-pub fn validate_command(args: &SourceArgs, output: Output, out: &mut impl Write) -> io::Result<bool> {
+/// `cdtarget validate`: reports every problem on `out`, and the busy-agent warnings on `err`
+/// (and with `--output json` in the report too). Returns whether the tree is valid; a warning
+/// does not make it invalid.
+pub fn validate_command(
+    args: &SourceArgs,
+    keda: KedaArgs,
+    output: Output,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> io::Result<bool> {
     let result = load_source(args);
-    let (documents, cdtargets, problems) = match &result {
-        Ok((_, set)) => (set.documents.len(), set.cdtargets().count(), Vec::new()),
-        Err(problems) => (0, 0, problems.clone()),
+    let (documents, cdtargets, problems, warnings) = match &result {
+        Ok((policy, set)) => {
+            let warnings = warnings(set, policy, Scaling::Keda(keda.version(policy)));
+            (set.documents.len(), set.cdtargets().count(), Vec::new(), warnings)
+        }
+        Err(problems) => (0, 0, problems.clone(), Vec::new()),
     };
+    for warning in &warnings {
+        writeln!(err, "warning: {warning}")?;
+    }
     match output {
         Output::Text if problems.is_empty() => writeln!(out, "valid: {documents} documents, {cdtargets} CDTargets")?,
         Output::Text => {
@@ -339,6 +427,7 @@ pub fn validate_command(args: &SourceArgs, output: Output, out: &mut impl Write)
                 "documents": documents,
                 "cdtargets": cdtargets,
                 "problems": problems,
+                "warnings": warnings,
             });
             writeln!(out, "{report}")?;
         }

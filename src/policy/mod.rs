@@ -3,6 +3,7 @@
 
 pub mod address;
 pub mod cidr;
+pub mod jobs;
 pub mod outbound;
 pub(crate) mod tenancy;
 
@@ -17,6 +18,7 @@ use crate::api::names;
 use crate::api::policy::{PolicyDocument, PortDocument};
 use crate::problem::{Problem, Problems, join_path};
 use crate::{schema_check, yaml};
+pub use jobs::{Jobs, KedaSettings, Modes, RunOnce, RunOnceConvention};
 use outbound::HostPattern;
 
 /// A checked policy. Build it with [`parse`], [`from_document`] or [`Policy::default`].
@@ -52,6 +54,12 @@ pub struct Policy {
     pub allowed_url_hosts: Vec<HostPattern>,
     /// Kinds tenants may not apply.
     pub tenancy: tenancy::Tenancy,
+    /// The agent modes tenants may choose, and the default.
+    pub modes: Modes,
+    /// Settings of agents run as Jobs.
+    pub jobs: Jobs,
+    /// The KEDA the children are rendered for.
+    pub keda: KedaSettings,
 }
 
 /// Caps on the union of one CDTarget's destinations, per family.
@@ -377,6 +385,9 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
 
     let addresses = check_address_limits(document, &mut problems);
     let tenancy = tenancy::check(&document.tenancy, &mut problems);
+    let modes = jobs::check_modes(&agents.modes, &mut problems);
+    let jobs = jobs::check_jobs(&agents.jobs, &mut problems);
+    let keda = jobs::check_keda(&document.keda, &mut problems);
 
     let policy = Policy {
         ports,
@@ -394,6 +405,9 @@ pub fn from_document(document: &PolicyDocument) -> Result<Policy, Vec<Problem>> 
         max_addresses: addresses.max_addresses,
         allowed_url_hosts: addresses.allowed_url_hosts,
         tenancy,
+        modes,
+        jobs,
+        keda,
     };
     problems.finish(policy)
 }

@@ -14,7 +14,7 @@ use kube::api::ApiResource;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::keda::{ScaledObject, TriggerAuthentication};
+use crate::api::keda::{ScaledJob, ScaledObject, TriggerAuthentication};
 
 /// A kind of child a CDTarget may render. The order of the variants is the order children are
 /// applied in: the TriggerAuthentication before the ScaledObject that uses it.
@@ -26,14 +26,21 @@ pub enum ChildKind {
     NetworkPolicy,
     /// The agents (`apps/v1`).
     Deployment,
-    /// KEDA's autoscaler of the agents (`keda.sh/v1alpha1`).
+    /// KEDA's autoscaler of the agent Deployment (`keda.sh/v1alpha1`, Deployment mode).
     ScaledObject,
+    /// KEDA's starter of one agent Job per queued pipeline job (`keda.sh/v1alpha1`, Job mode).
+    ScaledJob,
 }
 
 impl ChildKind {
     /// Every kind of child, in the order children are applied.
-    pub const ALL: [ChildKind; 4] =
-        [ChildKind::TriggerAuthentication, ChildKind::NetworkPolicy, ChildKind::Deployment, ChildKind::ScaledObject];
+    pub const ALL: [ChildKind; 5] = [
+        ChildKind::TriggerAuthentication,
+        ChildKind::NetworkPolicy,
+        ChildKind::Deployment,
+        ChildKind::ScaledObject,
+        ChildKind::ScaledJob,
+    ];
 
     /// The API resource of the kind (compiled in: the types name it exactly).
     pub fn resource(self) -> ApiResource {
@@ -42,6 +49,7 @@ impl ChildKind {
             ChildKind::NetworkPolicy => ApiResource::erase::<NetworkPolicy>(&()),
             ChildKind::Deployment => ApiResource::erase::<Deployment>(&()),
             ChildKind::ScaledObject => ApiResource::erase::<ScaledObject>(&()),
+            ChildKind::ScaledJob => ApiResource::erase::<ScaledJob>(&()),
         }
     }
 
@@ -52,13 +60,14 @@ impl ChildKind {
             ChildKind::NetworkPolicy => "NetworkPolicy",
             ChildKind::Deployment => "Deployment",
             ChildKind::ScaledObject => "ScaledObject",
+            ChildKind::ScaledJob => "ScaledJob",
         }
     }
 
     /// `apiVersion`, e.g. `networking.k8s.io/v1`.
     pub fn api_version(self) -> &'static str {
         match self {
-            ChildKind::TriggerAuthentication | ChildKind::ScaledObject => "keda.sh/v1alpha1",
+            ChildKind::TriggerAuthentication | ChildKind::ScaledObject | ChildKind::ScaledJob => "keda.sh/v1alpha1",
             ChildKind::NetworkPolicy => "networking.k8s.io/v1",
             ChildKind::Deployment => "apps/v1",
         }
@@ -67,16 +76,17 @@ impl ChildKind {
     /// Whether the kind exists only where KEDA's CRDs are installed (its watch is started only
     /// then).
     pub fn needs_keda(self) -> bool {
-        matches!(self, ChildKind::TriggerAuthentication | ChildKind::ScaledObject)
+        matches!(self, ChildKind::TriggerAuthentication | ChildKind::ScaledObject | ChildKind::ScaledJob)
     }
 
-    /// Whether a CDTarget may stop rendering a child of this kind (today only KEDA's, when KEDA
-    /// goes away), so that the reconciler deletes one it controls: the only kinds it ever
-    /// deletes, and exactly the kinds the controller's RBAC (`deploy/rbac.yaml`) grants `delete`
-    /// on (`tests/foundation/deploy.rs` checks both ways). A mode that stops rendering another
-    /// kind sets it here and adds `delete` on that kind's resource.
+    /// Whether a CDTarget may stop rendering a child of this kind, so that the reconciler
+    /// deletes one it controls: KEDA's kinds when KEDA goes away, the Deployment and the
+    /// ScaledObject when `spec.mode` becomes `Job`, the ScaledJob when it becomes `Deployment`.
+    /// These are the only kinds it ever deletes, and exactly the kinds the controller's RBAC
+    /// (`deploy/rbac.yaml`) grants `delete` on (`tests/foundation/deploy.rs` checks both ways).
+    /// Only the egress NetworkPolicy is rendered in every shape.
     pub fn may_be_dropped(self) -> bool {
-        matches!(self, ChildKind::TriggerAuthentication | ChildKind::ScaledObject)
+        !matches!(self, ChildKind::NetworkPolicy)
     }
 
     /// The kind of the table with this `apiVersion` and `kind`, if any.
@@ -97,6 +107,8 @@ pub enum Child {
     Deployment(Box<Deployment>),
     /// See [`ChildKind::ScaledObject`].
     ScaledObject(ScaledObject),
+    /// See [`ChildKind::ScaledJob`] (boxed: it holds the whole pod template).
+    ScaledJob(Box<ScaledJob>),
 }
 
 impl Child {
@@ -107,6 +119,7 @@ impl Child {
             Child::NetworkPolicy(_) => ChildKind::NetworkPolicy,
             Child::Deployment(_) => ChildKind::Deployment,
             Child::ScaledObject(_) => ChildKind::ScaledObject,
+            Child::ScaledJob(_) => ChildKind::ScaledJob,
         }
     }
 
@@ -117,6 +130,7 @@ impl Child {
             Child::NetworkPolicy(o) => o.name_any(),
             Child::Deployment(o) => o.name_any(),
             Child::ScaledObject(o) => o.name_any(),
+            Child::ScaledJob(o) => o.name_any(),
         }
     }
 
@@ -128,8 +142,8 @@ impl Child {
 
 /// The objects rendered for one CDTarget: a list of [`Child`]ren in the order they are applied
 /// ([`ChildKind::ALL`]), at most one of each kind. Built only by the renderer (and unit tests);
-/// nothing that reads them assumes a kind is there: the renderer renders a NetworkPolicy and a
-/// Deployment today, another shape may not.
+/// nothing that reads them assumes a kind is there but the NetworkPolicy: Job mode renders no
+/// Deployment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Children {
     list: Vec<Child>,
@@ -179,8 +193,7 @@ impl Children {
         self.list.iter().find_map(|c| if let Child::NetworkPolicy(o) = c { Some(o) } else { None })
     }
 
-    /// The agent Deployment, if rendered (today always; a CDTarget that runs its agents as jobs
-    /// would render none).
+    /// The agent Deployment, if rendered (Deployment mode).
     pub fn deployment(&self) -> Option<&Deployment> {
         self.list.iter().find_map(|c| if let Child::Deployment(o) = c { Some(o.as_ref()) } else { None })
     }
@@ -188,6 +201,11 @@ impl Children {
     /// The KEDA ScaledObject (absent when KEDA is not used).
     pub fn scaled_object(&self) -> Option<&ScaledObject> {
         self.list.iter().find_map(|c| if let Child::ScaledObject(o) = c { Some(o) } else { None })
+    }
+
+    /// The KEDA ScaledJob (Job mode with KEDA).
+    pub fn scaled_job(&self) -> Option<&ScaledJob> {
+        self.list.iter().find_map(|c| if let Child::ScaledJob(o) = c { Some(o.as_ref()) } else { None })
     }
 
     /// The KEDA TriggerAuthentication (absent when KEDA is not used).
@@ -219,8 +237,11 @@ mod tests {
         assert_eq!(ChildKind::of("v1", "Secret"), None);
         assert_eq!(ChildKind::of("apps/v1", "ScaledObject"), None, "kind and apiVersion go together");
         let keda: Vec<_> = ChildKind::ALL.into_iter().filter(|k| k.needs_keda()).collect();
-        assert_eq!(keda, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject]);
+        assert_eq!(keda, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject, ChildKind::ScaledJob]);
         let droppable: Vec<_> = ChildKind::ALL.into_iter().filter(|k| k.may_be_dropped()).collect();
-        assert_eq!(droppable, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject]);
+        assert_eq!(
+            droppable,
+            [ChildKind::TriggerAuthentication, ChildKind::Deployment, ChildKind::ScaledObject, ChildKind::ScaledJob]
+        );
     }
 }

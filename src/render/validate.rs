@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use crate::api::cdtarget::limits;
 use crate::api::labels::RESERVED_PREFIXES;
-use crate::api::{CDTarget, CDTargetSpec, names};
+use crate::api::{AgentMode, CDTarget, CDTargetSpec, names};
 use crate::policy::address::{self, Use};
-use crate::policy::{Policy, Port, Protocol, outbound};
+use crate::policy::{Policy, Port, Protocol, RunOnceConvention, outbound};
 use crate::problem::{Problem, Problems};
 use crate::schema_check;
 
@@ -38,7 +38,12 @@ const TRIGGER_META: &[(&str, MetaKind)] = &[
     ("caseInsensitiveDemandsProcessing", MetaKind::Boolean),
     ("jobsToFetch", MetaKind::Integer),
     ("fetchUnfinishedJobsOnly", MetaKind::Boolean),
+    // KEDA 2.21 and later; cdtarget sets it in Job mode (docs/rendering.md, "Job mode").
+    ("scaleOnInFlight", MetaKind::Boolean),
 ];
+
+/// The trigger key that makes KEDA count the job requests busy agents have received.
+pub(crate) const SCALE_ON_IN_FLIGHT: &str = "scaleOnInFlight";
 
 #[derive(Clone, Copy)]
 enum MetaKind {
@@ -68,6 +73,11 @@ pub(crate) struct ValidTarget<'a> {
     pub min_replicas: i32,
     /// Most agents.
     pub max_replicas: i32,
+    /// How the agents run: `spec.mode`, or the policy's default.
+    pub mode: AgentMode,
+    /// In Job mode, what makes the agent image run once (the policy's `agents.jobs.runOnce`
+    /// entry for it); `None` in Deployment mode.
+    pub run_once: Option<RunOnceConvention>,
 }
 
 impl ValidTarget<'_> {
@@ -85,9 +95,11 @@ pub(crate) fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<Vali
     check_name(name, &mut problems);
 
     let spec = &target.spec;
+    let mode = check_mode(spec, policy, &mut problems);
     let destinations = check_destinations(&spec.ip, policy, &mut problems);
     check_selector(&spec.additional_selector, &mut problems);
     check_image(&spec.agent_image, policy, &mut problems);
+    let run_once = (mode == AgentMode::Job).then(|| check_run_once(spec, policy, &mut problems)).flatten();
     let pull_secrets = spec.image_pull_secrets.len();
     if within("spec.imagePullSecrets", pull_secrets, limits::IMAGE_PULL_SECRETS, "", &mut problems) {
         for (i, secret) in spec.image_pull_secrets.iter().enumerate() {
@@ -102,8 +114,8 @@ pub(crate) fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<Vali
     check_secret_ref("spec.tokenRef", Some(&spec.token_ref), true, &mut problems);
     check_secret_ref("spec.proxyRef", spec.proxy_ref.as_ref(), false, &mut problems);
     check_secret_ref("spec.caCertRef", spec.ca_cert_ref.as_ref(), false, &mut problems);
-    check_config(spec, policy, max_replicas, &mut problems);
-    check_trigger_meta(&spec.trigger_meta, policy, &mut problems);
+    check_config(spec, policy, max_replicas, mode, &mut problems);
+    check_trigger_meta(&spec.trigger_meta, policy, mode, &mut problems);
     if min_replicas == 0 && !spec.trigger_meta.contains_key("parent") {
         // Azure DevOps fails queued jobs at once when the pool has no agent at all (seed defect 24).
         problems.push(
@@ -114,7 +126,69 @@ pub(crate) fn validate<'a>(target: &'a CDTarget, policy: &Policy) -> Result<Vali
     let nameservers = check_dns(spec, policy, &destinations, &mut problems);
     check_resolvable(spec, policy, &destinations, &mut problems);
 
-    problems.finish(ValidTarget { target, name, namespace, destinations, nameservers, min_replicas, max_replicas })
+    problems.finish(ValidTarget {
+        target,
+        name,
+        namespace,
+        destinations,
+        nameservers,
+        min_replicas,
+        max_replicas,
+        mode,
+        run_once,
+    })
+}
+
+/// `spec.mode`: one of the modes, and one the policy allows; without it, the policy's default.
+/// A refused mode is reported and the default is checked in its place.
+fn check_mode(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> AgentMode {
+    let Some(text) = spec.mode.as_deref() else { return policy.modes.default };
+    let allowed = policy.modes.allowed_list();
+    match AgentMode::parse(text) {
+        None => {
+            let accepted = AgentMode::ALL.map(AgentMode::as_str).join(", ");
+            problems.push(
+                "spec.mode",
+                format!(
+                    "`{text}` is not an agent mode; expected one of {accepted} (the platform policy allows {allowed})"
+                ),
+            );
+            policy.modes.default
+        }
+        Some(mode) if !policy.modes.allowed.contains(&mode) => {
+            problems.push(
+                "spec.mode",
+                format!("`{mode}` is not allowed by the platform policy (agents.modes.allowed); it allows {allowed}"),
+            );
+            policy.modes.default
+        }
+        Some(mode) => mode,
+    }
+}
+
+/// In Job mode: how the image runs once (the policy must say), and no variable of the tenant's
+/// `env` may undo it (an agent that does not exit would take job after job in one Job).
+fn check_run_once(spec: &CDTargetSpec, policy: &Policy, problems: &mut Problems) -> Option<RunOnceConvention> {
+    let Some(convention) = policy.jobs.run_once_for(&spec.agent_image) else {
+        problems.push(
+            "spec.agentImage",
+            format!(
+                "`{}` has no run-once convention in the platform policy (agents.jobs.runOnce lists the prefixes {}), so as a Job its agent might not exit after one job; use an image with one of those prefixes, or spec.mode: Deployment",
+                spec.agent_image,
+                policy.jobs.prefixes()
+            ),
+        );
+        return None;
+    };
+    if let RunOnceConvention::Environment { name, .. } = convention
+        && let Some(i) = spec.env.iter().position(|var| &var.name == name)
+    {
+        problems.push(
+            format!("spec.env[{i}].name"),
+            format!("`{name}` makes the agent run once in Job mode (the platform policy's agents.jobs.runOnce) and is set by cdtarget; remove it from env"),
+        );
+    }
+    Some(convention.clone())
 }
 
 /// Checks a CDTarget document (any accepted `apiVersion`): its structure against the CRD schema
@@ -384,7 +458,7 @@ fn check_secret_ref(field: &str, name: Option<&String>, required: bool, problems
     }
 }
 
-fn check_config(spec: &CDTargetSpec, policy: &Policy, max_replicas: i32, problems: &mut Problems) {
+fn check_config(spec: &CDTargetSpec, policy: &Policy, max_replicas: i32, mode: AgentMode, problems: &mut Problems) {
     let config = &spec.config;
     check_url("spec.config.url", &config.url, policy, problems);
     if config.pool_name.trim().is_empty() {
@@ -393,6 +467,11 @@ fn check_config(spec: &CDTargetSpec, policy: &Policy, max_replicas: i32, problem
     if let Some(agent_name) = &config.agent_name {
         if agent_name.trim().is_empty() {
             problems.push("spec.config.agentName", "must not be empty; leave it out to name agents after their pods");
+        } else if mode == AgentMode::Job {
+            problems.push(
+                "spec.config.agentName",
+                "is for Deployment mode only: in Job mode every Job registers an agent, and agents of one name replace each other's registration; leave agentName out (agents are named after their pods)",
+            );
         } else if max_replicas > 1 {
             problems.push(
                 "spec.config.agentName",
@@ -422,12 +501,21 @@ fn check_url(field: &str, url: &str, policy: &Policy, problems: &mut Problems) {
     }
 }
 
-fn check_trigger_meta(meta: &BTreeMap<String, String>, policy: &Policy, problems: &mut Problems) {
+fn check_trigger_meta(meta: &BTreeMap<String, String>, policy: &Policy, mode: AgentMode, problems: &mut Problems) {
     if !within("spec.triggerMeta", meta.len(), limits::TRIGGER_META, "", problems) {
         return;
     }
+    if mode == AgentMode::Job && meta.contains_key(SCALE_ON_IN_FLIGHT) {
+        problems.push(
+            format!("spec.triggerMeta.{SCALE_ON_IN_FLIGHT}"),
+            "is set by cdtarget in Job mode, so that KEDA starts exactly one Job per queued pipeline job; remove it",
+        );
+    }
     let known: Vec<&str> = TRIGGER_META.iter().map(|(k, _)| *k).collect();
     for (key, value) in meta {
+        if mode == AgentMode::Job && key == SCALE_ON_IN_FLIGHT {
+            continue; // Refused above, whatever its value.
+        }
         let field = format!("spec.triggerMeta.{key}");
         let Some((_, kind)) = TRIGGER_META.iter().find(|(k, _)| k == key) else {
             // Only the message's own wording changes: the key quoted in it may contain "field".
@@ -611,5 +699,136 @@ fn check_dns_lists(config: &k8s_openapi::api::core::v1::PodDNSConfig, problems: 
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::EnvVar;
+
+    use super::*;
+    use crate::api::policy::{ModesDocument, PolicyDocument, RunOnceDocument, RunOnceEnvironmentDocument};
+    use crate::policy::from_document;
+
+    /// Every problem as `(field, message)`.
+    fn problems(target: &CDTarget, policy: &Policy) -> Vec<(String, String)> {
+        let problems = validate(target, policy).expect_err("refused");
+        problems.into_iter().map(|p| (p.field, p.message)).collect()
+    }
+
+    fn policy(change: impl FnOnce(&mut PolicyDocument)) -> Policy {
+        let mut document = PolicyDocument::default();
+        change(&mut document);
+        from_document(&document).expect("a valid policy")
+    }
+
+    fn job() -> CDTarget {
+        CDTarget::test().with_mode("Job")
+    }
+
+    #[test]
+    fn without_spec_mode_a_cdtarget_gets_the_policys_default_mode() {
+        let jobs_first = policy(|d| d.agents.modes.default = "Job".into());
+        assert_eq!(validate(&CDTarget::test(), &jobs_first).unwrap().mode, AgentMode::Job);
+        assert_eq!(validate(&CDTarget::test(), &Policy::default()).unwrap().mode, AgentMode::Deployment);
+        let target = job();
+        let valid = validate(&target, &Policy::default()).unwrap();
+        assert_eq!((valid.mode, valid.run_once), (AgentMode::Job, Some(RunOnceConvention::Argument("--once".into()))));
+    }
+
+    #[test]
+    fn an_unknown_mode_is_refused_naming_the_accepted_ones() {
+        for mode in ["job", "Jobs", "", "Pod", "Deployment "] {
+            let found = problems(&CDTarget::test().with_mode(mode), &Policy::default());
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert_eq!(found[0].0, "spec.mode");
+            assert!(found[0].1.contains("expected one of Deployment, Job"), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn a_mode_the_policy_forbids_is_refused_saying_which_it_allows() {
+        let deployments_only = policy(|d| {
+            d.agents.modes = ModesDocument { default: "Deployment".into(), allowed: vec!["Deployment".into()] }
+        });
+        let found = problems(&job(), &deployments_only);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "spec.mode");
+        assert!(found[0].1.contains("`Job` is not allowed by the platform policy"), "{found:?}");
+        assert!(found[0].1.ends_with("it allows Deployment"), "{found:?}");
+        let jobs_only =
+            policy(|d| d.agents.modes = ModesDocument { default: "Job".into(), allowed: vec!["Job".into()] });
+        let found = problems(&CDTarget::test().with_mode("Deployment"), &jobs_only);
+        assert!(found[0].1.ends_with("it allows Job"), "{found:?}");
+    }
+
+    #[test]
+    fn scale_on_in_flight_must_be_a_boolean_in_deployment_mode() {
+        let set = CDTarget::test().with_trigger_meta("scaleOnInFlight", "false");
+        assert!(validate(&set, &Policy::default()).is_ok());
+        for value in ["yes", "", "2", "\"true\""] {
+            let found = problems(&CDTarget::test().with_trigger_meta("scaleOnInFlight", value), &Policy::default());
+            assert_eq!(found.len(), 1, "{found:?}");
+            assert_eq!(found[0].0, "spec.triggerMeta.scaleOnInFlight");
+            assert!(found[0].1.contains("is not a boolean; expected \"true\" or \"false\""), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn scale_on_in_flight_is_refused_in_job_mode_whatever_its_value() {
+        for value in ["true", "false", "garbage"] {
+            let found = problems(&job().with_trigger_meta("scaleOnInFlight", value), &Policy::default());
+            assert_eq!(found.len(), 1, "{value}: {found:?}");
+            assert_eq!(found[0].0, "spec.triggerMeta.scaleOnInFlight");
+            assert!(found[0].1.contains("set by cdtarget in Job mode"), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn a_fixed_agent_name_is_refused_in_job_mode_even_for_one_agent() {
+        let found = problems(&job().with_replicas(1, 1).with_agent_name("builder"), &Policy::default());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "spec.config.agentName");
+        assert!(found[0].1.contains("for Deployment mode only"), "{found:?}");
+        let deployment = CDTarget::test().with_replicas(1, 1).with_agent_name("builder");
+        assert!(validate(&deployment, &Policy::default()).is_ok());
+    }
+
+    #[test]
+    fn an_image_without_a_run_once_convention_is_refused_in_job_mode_only() {
+        let acme_only = policy(|d| {
+            d.agents.jobs.run_once = vec![RunOnceDocument {
+                image_prefix: "ghcr.io/acme/".into(),
+                convention: "builtIn".into(),
+                argument: None,
+                environment: None,
+            }]
+        });
+        let found = problems(&job().with_image("docker.io/evil/agent:1"), &acme_only);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "spec.agentImage");
+        assert!(found[0].1.contains("lists the prefixes `ghcr.io/acme/`"), "{found:?}");
+        assert!(validate(&CDTarget::test().with_image("docker.io/evil/agent:1"), &acme_only).is_ok());
+        let target = job().with_image("ghcr.io/acme/agent:1");
+        let valid = validate(&target, &acme_only).unwrap();
+        assert_eq!(valid.run_once, Some(RunOnceConvention::BuiltIn));
+    }
+
+    #[test]
+    fn a_tenant_variable_that_would_undo_the_run_once_variable_is_refused() {
+        let by_variable = policy(|d| {
+            d.agents.jobs.run_once = vec![RunOnceDocument {
+                image_prefix: String::new(),
+                convention: "environment".into(),
+                argument: None,
+                environment: Some(RunOnceEnvironmentDocument { name: "RUN_ONCE".into(), value: "true".into() }),
+            }]
+        });
+        let undo = EnvVar { name: "RUN_ONCE".into(), value: Some("false".into()), value_from: None };
+        let found = problems(&job().with_env(undo.clone()), &by_variable);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "spec.env[0].name");
+        assert!(found[0].1.contains("makes the agent run once in Job mode"), "{found:?}");
+        assert!(validate(&CDTarget::test().with_env(undo), &by_variable).is_ok(), "Deployment mode ignores it");
     }
 }

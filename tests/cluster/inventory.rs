@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
 use cdtarget::api::{CDTarget, CDTargetStatus, ChildReference};
 use cdtarget::controller::cdtarget::{Context, Keda, reconcile};
@@ -36,8 +37,13 @@ fn target(ns: &str, name: &str) -> CDTarget {
 /// A tenant's own ScaledObject named `name` (what cdtarget would render for a CDTarget of that
 /// name, without any owner reference).
 fn tenants_scaled_object(ns: &str, name: &str) -> ScaledObject {
-    let children =
-        render::render(&target(ns, name), &Policy::default(), &SecretDigests::new(), Scaling::Keda).expect("renders");
+    let children = render::render(
+        &target(ns, name),
+        &Policy::default(),
+        &SecretDigests::new(),
+        Scaling::Keda(KedaVersion::NEWEST_SUPPORTED),
+    )
+    .expect("renders");
     let mut object = children.scaled_object().expect("a ScaledObject").clone();
     object.metadata.owner_references = None;
     object

@@ -144,7 +144,7 @@ async fn status_records_the_observed_generation_the_conditions_and_what_was_rend
     assert!(!status.conditions.iter().any(|c| c.type_ == STALLED || c.type_ == RECONCILING));
 
     let rendered = status.rendered.expect("rendered summary");
-    assert_eq!(rendered.deployment, NAME);
+    assert_eq!(rendered.deployment.as_deref(), Some(NAME));
     assert_eq!(rendered.network_policy, NAME);
     assert_eq!(rendered.scaled_object.as_deref(), Some(NAME));
     assert_eq!(rendered.trigger_authentication.as_deref(), Some(NAME));

@@ -91,7 +91,7 @@ fn validate_reports_one_line_per_problem_and_json_on_request() {
 
     let ok = cdtarget(&["validate", "examples/tenant-repo", "--policy", POLICY]);
     assert!(ok.status.success());
-    assert_eq!(String::from_utf8(ok.stdout).unwrap(), "valid: 4 documents, 3 CDTargets\n");
+    assert_eq!(String::from_utf8(ok.stdout).unwrap(), "valid: 5 documents, 4 CDTargets\n");
 }
 
 #[test]
@@ -105,6 +105,59 @@ fn a_bad_policy_file_is_reported_with_its_field() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("policy.yaml:1: egress.ports[0].port: 0 is not a port; expected 1–65535"), "{stderr}");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn on_keda_2_20_validate_and_render_warn_of_busy_agents_at_each_deployment_mode_cdtarget_and_still_succeed() {
+    let validate = cdtarget(&["validate", "examples/tenant-repo", "--policy", POLICY, "--keda-version", "2.20"]);
+    assert_eq!(validate.status.code(), Some(0), "a risk is not a problem");
+    assert_eq!(String::from_utf8(validate.stdout).unwrap(), "valid: 5 documents, 4 CDTargets\n");
+    let stderr = String::from_utf8(validate.stderr).unwrap();
+    let warned: Vec<&str> = stderr.lines().map(|l| l.split(": spec.mode: ").next().unwrap()).collect();
+    assert_eq!(
+        warned,
+        [
+            "warning: agents/deploy-agents.yaml:1",
+            "warning: agents/ipv6-agents.yaml:1",
+            "warning: agents/ipv6-agents.yaml:2",
+        ],
+        "the Deployment-mode CDTargets, not build-jobs: {stderr}"
+    );
+    assert!(stderr.contains("kedacore/keda#8185") && stderr.contains("use spec.mode: Job, or KEDA 2.21.0 or later"));
+
+    let render = cdtarget(&["render", "examples/tenant-repo", "--policy", POLICY, "--keda-version", "v2.20.0"]);
+    assert_eq!(render.status.code(), Some(0));
+    assert_eq!(String::from_utf8(render.stderr).unwrap(), stderr, "render warns as validate does");
+    assert!(String::from_utf8(render.stdout).unwrap().contains("strategy: accurate"));
+
+    let json =
+        cdtarget(&["validate", "examples/tenant-repo", "--policy", POLICY, "--keda-version", "2.20.0", "-o", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!((report["valid"].as_bool(), report["warnings"].as_array().map(Vec::len)), (Some(true), Some(3)));
+    assert_eq!(report["warnings"][0]["field"], "spec.mode");
+}
+
+#[test]
+fn on_the_newest_keda_nothing_is_warned_of() {
+    for keda in [&[][..], &["--keda-version", "2.21.0"][..]] {
+        let args = [&["validate", "examples/tenant-repo", "--policy", POLICY][..], keda].concat();
+        let out = cdtarget(&args);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(String::from_utf8(out.stderr).unwrap(), "", "{keda:?}");
+    }
+}
+
+#[test]
+fn a_keda_version_that_is_not_a_supported_release_is_a_usage_error_saying_what_is_accepted() {
+    for (version, expected) in [
+        ("latest", "expected e.g. `2.21.0`"),
+        ("2.19.0", "older than the oldest release cdtarget renders for (2.20.0)"),
+    ] {
+        let out = cdtarget(&["validate", "examples/tenant-repo", "--policy", POLICY, "--keda-version", version]);
+        assert_eq!(out.status.code(), Some(2), "{version}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("--keda-version") && stderr.contains(expected), "{stderr}");
+    }
 }
 
 #[test]

@@ -34,6 +34,7 @@ const VALUE_NAMES: &[(&str, &str)] = &[
     ("SHELL", "a shell: `bash`, `zsh`, `fish`, `elvish`, `powershell`"),
     ("SUBDIR", "a directory inside the repository"),
     ("URL", "an `http(s)://` URL"),
+    ("VERSION", "a release number: `2.21.0`, `2.21` or `v2.21.0`"),
 ];
 
 fn cdtarget(args: &[&str]) -> Output {
@@ -179,7 +180,7 @@ fn validate_reads_a_directory_with_every_render_flag_readme_shows() {
         "30s",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), "valid: 4 documents, 3 CDTargets\n");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "valid: 5 documents, 4 CDTargets\n");
     // A bad duration is a usage error naming what would be accepted.
     let out = cdtarget(&["validate", "examples/tenant-repo", "--timeout", "soon"]);
     assert_eq!(out.status.code(), Some(2));

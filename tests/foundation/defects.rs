@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::api::policy::PolicyDocument;
 use cdtarget::policy::{self, Policy};
 use cdtarget::render::{self, Children, Scaling, SecretDigests};
@@ -165,7 +166,13 @@ fn defect_08_ports_list_is_trimmed_and_rejected_whole_on_a_bad_line() {
 #[test]
 fn defect_10_replicas_are_left_to_keda_and_set_without_it() {
     let target = cdtarget(&doc("agents", "  minReplicaCount: 2\n  maxReplicaCount: 4\n"), &Policy::default());
-    let with_keda = render::render(&target, &Policy::default(), &SecretDigests::new(), Scaling::Keda).unwrap();
+    let with_keda = render::render(
+        &target,
+        &Policy::default(),
+        &SecretDigests::new(),
+        Scaling::Keda(KedaVersion::NEWEST_SUPPORTED),
+    )
+    .unwrap();
     assert_eq!(with_keda.deployment().expect("a Deployment").spec.clone().unwrap().replicas, None);
     let without = render::render(&target, &Policy::default(), &SecretDigests::new(), Scaling::Fixed).unwrap();
     assert_eq!(without.deployment().expect("a Deployment").spec.clone().unwrap().replicas, Some(2));
@@ -307,7 +314,13 @@ fn defect_21_two_cdtargets_with_the_same_selector_never_select_each_others_pods(
 fn defect_22_every_child_is_owned_by_its_cdtarget() {
     let mut target = cdtarget(&doc("agents", ""), &Policy::default());
     target.metadata.uid = Some("3f2c1d7e-0000-4000-8000-000000000001".into());
-    let children = render::render(&target, &Policy::default(), &SecretDigests::new(), Scaling::Keda).unwrap();
+    let children = render::render(
+        &target,
+        &Policy::default(),
+        &SecretDigests::new(),
+        Scaling::Keda(KedaVersion::NEWEST_SUPPORTED),
+    )
+    .unwrap();
     let owners = [
         children.network_policy().expect("a NetworkPolicy").metadata.owner_references.clone(),
         children.deployment().expect("a Deployment").metadata.owner_references.clone(),
@@ -349,7 +362,9 @@ fn rotated_secret_changes_the_pod_template_digest() {
     let digest_with = |token: &str| {
         let digests =
             SecretDigests::from([("azp-token".to_owned(), token.to_owned()), ("proxy".to_owned(), "p".to_owned())]);
-        let children = render::render(&target, &Policy::default(), &digests, Scaling::Keda).unwrap();
+        let children =
+            render::render(&target, &Policy::default(), &digests, Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+                .unwrap();
         children
             .deployment()
             .expect("a Deployment")

@@ -3,6 +3,7 @@
 //! egress with a CDTarget's `dnsPolicy` and nameservers, where those that would leave the agents
 //! querying resolvers nothing opens are refused (point 2, docs/rendering.md).
 
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::policy::{self, Policy, Protocol};
 use cdtarget::render::{self, Scaling, SecretDigests};
 use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
@@ -35,7 +36,9 @@ fn the_openshift_example_opens_the_dns_pods_on_5353() {
     let block = documented_policy("## Cluster DNS");
     let policy = policy::parse(&block, "docs/policy.md").expect("the OpenShift example parses");
     let target = support::cdtarget(&valid_plus(""), &policy);
-    let children = render::render(&target, &policy, &SecretDigests::new(), Scaling::Keda).expect("renders");
+    let children =
+        render::render(&target, &policy, &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+            .expect("renders");
     insta::assert_snapshot!(
         "openshift__NetworkPolicy",
         cdtarget::yaml::to_yaml(children.network_policy().expect("a NetworkPolicy"))
@@ -121,8 +124,9 @@ fn check(policy: &Policy, yaml: &str, outcome: &Outcome) -> Result<(), String> {
     match (support::load(&[("target.yaml", yaml)], policy), outcome) {
         (Ok(set), Rendered { cluster_dns, nameservers }) => {
             let target = set.cdtargets().next().expect("one CDTarget");
-            let children = render::render(target, policy, &SecretDigests::new(), Scaling::Keda)
-                .map_err(|p| format!("does not render: {p:#?}"))?;
+            let children =
+                render::render(target, policy, &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+                    .map_err(|p| format!("does not render: {p:#?}"))?;
             let rules = children
                 .network_policy()
                 .expect("a NetworkPolicy")

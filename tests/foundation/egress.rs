@@ -5,6 +5,7 @@
 //!
 //! Cases run against `examples/platform/policy.yaml` unless a case table says otherwise.
 
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::policy::{MaxAddresses, Policy};
 use cdtarget::render::{self, Scaling, SecretDigests};
 
@@ -668,7 +669,9 @@ fn rendered_nameservers_are_the_checked_canonical_addresses_each_once() {
     );
     let policy = nameservers_allowed();
     let target = support::cdtarget(&yaml, &policy);
-    let children = render::render(&target, &policy, &SecretDigests::new(), Scaling::Keda).expect("renders");
+    let children =
+        render::render(&target, &policy, &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+            .expect("renders");
     let pod = children.deployment().expect("a Deployment").spec.clone().unwrap().template.spec.unwrap();
     let dns = pod.dns_config.expect("dnsConfig");
     assert_eq!(dns.nameservers.unwrap(), ["2001:db8::53", "10.53.0.10"]);

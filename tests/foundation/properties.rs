@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::api::policy::{
     MaxAddressesDocument, MinPrefixLengthDocument, PlatformTargetDocument, PolicyDocument, PortDocument,
 };
@@ -372,8 +373,13 @@ fn policy_and_destinations() -> impl Strategy<Value = (PolicyInput, Vec<(Net, u8
 
 fn render_network_policy(input: &PolicyInput, ips: Vec<String>) -> NetworkPolicy {
     let policy = input.policy();
-    let children = render::render(&CDTarget::test().with_ips(ips), &policy, &SecretDigests::new(), Scaling::Keda)
-        .unwrap_or_else(|p| panic!("does not render: {p:#?}"));
+    let children = render::render(
+        &CDTarget::test().with_ips(ips),
+        &policy,
+        &SecretDigests::new(),
+        Scaling::Keda(KedaVersion::NEWEST_SUPPORTED),
+    )
+    .unwrap_or_else(|p| panic!("does not render: {p:#?}"));
     assert!(children.scaled_object().is_some() && children.trigger_authentication().is_some());
     children.network_policy().expect("a NetworkPolicy").clone()
 }
@@ -514,7 +520,7 @@ proptest! {
         let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
         let at = position.index(ips.len() + 1);
         ips.insert(at, broad.canonical());
-        let problems = render::render(&CDTarget::test().with_ips(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
+        let problems = render::render(&CDTarget::test().with_ips(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED)).unwrap_err();
         prop_assert_eq!(problems.len(), 1, "{:#?}", problems);
         prop_assert_eq!(&problems[0].field, &format!("spec.ip[{at}]"));
         // `/0` gets a message of its own: it is never accepted, whatever the policy says.
@@ -540,7 +546,7 @@ proptest! {
         let mut ips: Vec<String> = destinations.iter().map(|(n, style)| n.written(*style)).collect();
         let at = position.index(ips.len() + 1);
         ips.insert(at, inside.canonical());
-        let problems = render::render(&CDTarget::test().with_ips(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda).unwrap_err();
+        let problems = render::render(&CDTarget::test().with_ips(ips), &input.policy(), &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED)).unwrap_err();
         prop_assert_eq!(problems.len(), 1, "{:#?}", problems);
         prop_assert_eq!(&problems[0].field, &format!("spec.ip[{at}]"));
         prop_assert!(problems[0].message.contains("overlaps the forbidden range"), "{}", problems[0].message);
@@ -585,7 +591,9 @@ fn policy_from(yaml: &str) -> Policy {
 
 /// Renders `target` under `policy`, returning the problems (empty when it renders).
 fn problems_of(target: &CDTarget, policy: &Policy) -> Vec<cdtarget::problem::Problem> {
-    render::render(target, policy, &SecretDigests::new(), Scaling::Keda).err().unwrap_or_default()
+    render::render(target, policy, &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+        .err()
+        .unwrap_or_default()
 }
 
 /// The union of networks of one family as sorted, merged intervals, and its size.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use cdtarget::api::CDTarget;
+use cdtarget::api::keda::KedaVersion;
 use cdtarget::manifests::{self, ApplySet, SourceFile};
 use cdtarget::policy::{self, Policy};
 use cdtarget::problem::Problem;
@@ -98,5 +99,6 @@ pub fn cdtarget(yaml: &str, policy: &Policy) -> CDTarget {
 /// Renders one CDTarget document with KEDA under `policy` and no known Secret contents.
 pub fn children(yaml: &str, policy: &Policy) -> Children {
     let target = cdtarget(yaml, policy);
-    render::render(&target, policy, &SecretDigests::new(), Scaling::Keda).expect("renders")
+    render::render(&target, policy, &SecretDigests::new(), Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))
+        .expect("renders")
 }

@@ -109,7 +109,7 @@ fn validate_accepts_a_git_url_and_a_tag() {
     let url = daemon.url("tenant.git");
     let out = cdtarget(&["validate", &url, "--ref", "tags/v1.0.0", "--path", "tenants/payments", "--policy", POLICY]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), "valid: 4 documents, 3 CDTargets\n");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "valid: 5 documents, 4 CDTargets\n");
 }
 
 #[test]

@@ -146,6 +146,7 @@ mod tests {
     }
 
     fn planned(target: &CDTarget, keda: bool) -> Plan {
+        let keda = keda.then_some(crate::api::keda::KedaVersion::NEWEST_SUPPORTED);
         let data = BTreeMap::from([("AZP_TOKEN".to_owned(), ByteString(b"pat".to_vec()))]);
         let secrets = SecretsRead::from([("azp-token".to_owned(), Some(data))]);
         let plan = plan(target, &Ok(Policy::default()), &secrets, keda, &[], RESYNC);
@@ -237,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_name_conflict_stalls_until_the_stalled_resync_and_keeps_summary_and_inventory() {
-        let previous = RenderedSummary { deployment: "before".into(), ..RenderedSummary::default() };
+        let previous = RenderedSummary { deployment: Some("before".into()), ..RenderedSummary::default() };
         let inventory = vec![inventory::reference(crate::render::ChildKind::Deployment, "before")];
         let status = CDTargetStatus {
             rendered: Some(previous.clone()),
@@ -261,7 +262,7 @@ mod tests {
 
     #[test]
     fn an_api_error_is_settled_by_its_class_and_keeps_the_previous_summary() {
-        let previous = RenderedSummary { deployment: "before".into(), ..RenderedSummary::default() };
+        let previous = RenderedSummary { deployment: Some("before".into()), ..RenderedSummary::default() };
         let status = CDTargetStatus { rendered: Some(previous.clone()), ..CDTargetStatus::default() };
         let target = target().with_status(status);
         let transient = decide(&target, planned(&target, true), Err(&api_error(500)), ALL_WATCHED, NOW);
@@ -278,7 +279,7 @@ mod tests {
         let inventory = vec![inventory::reference(crate::render::ChildKind::ScaledObject, "agents")];
         let status = CDTargetStatus { inventory: Some(inventory.clone()), ..CDTargetStatus::default() };
         let target = target().with_status(status);
-        let plan = plan(&target, &Ok(Policy::default()), &SecretsRead::new(), true, &[], RESYNC);
+        let plan = plan(&target, &Ok(Policy::default()), &SecretsRead::new(), None, &[], RESYNC);
         let expected = plan.health.clone();
         let decision = decide(&target, plan, Ok(&Written::Nothing), ALL_WATCHED, NOW);
         assert_eq!((decision.health, decision.requeue), (expected, WAIT_RETRY));

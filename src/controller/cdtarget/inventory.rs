@@ -139,6 +139,7 @@ mod tests {
 
     use super::*;
     use crate::api::CDTarget;
+    use crate::api::keda::KedaVersion;
     use crate::policy::Policy;
     use crate::render::{Scaling, SecretDigests};
 
@@ -159,7 +160,7 @@ mod tests {
     }
 
     fn keda_inventory() -> Vec<ChildReference> {
-        recorded(&rendered(Scaling::Keda))
+        recorded(&rendered(Scaling::Keda(KedaVersion::NEWEST_SUPPORTED)))
     }
 
     fn live(owner_uid: Option<&str>, controller: bool) -> Option<Value> {
@@ -177,7 +178,10 @@ mod tests {
         let kinds: Vec<ChildKind> = dropped.iter().map(|d| d.kind).collect();
         assert_eq!(kinds, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject]);
         assert!(dropped.iter().all(|d| d.name == name()));
-        assert!(super::dropped(Some(&keda_inventory()), &name(), &rendered(Scaling::Keda)).is_empty());
+        assert!(
+            super::dropped(Some(&keda_inventory()), &name(), &rendered(Scaling::Keda(KedaVersion::NEWEST_SUPPORTED)))
+                .is_empty()
+        );
     }
 
     #[test]
@@ -187,7 +191,8 @@ mod tests {
             dropped,
             [
                 Dropped { kind: ChildKind::TriggerAuthentication, name: name() },
-                Dropped { kind: ChildKind::ScaledObject, name: name() }
+                Dropped { kind: ChildKind::ScaledObject, name: name() },
+                Dropped { kind: ChildKind::ScaledJob, name: name() }
             ]
         );
         assert!(super::dropped(Some(&[]), &name(), &rendered(Scaling::Fixed)).is_empty(), "an empty inventory is one");
@@ -247,16 +252,18 @@ mod tests {
             kind: "ScaledObject".into(),
             name: "team-b-agents".into(),
         }];
-        let dropped = dropped(Some(&tampered), &name(), &rendered(Scaling::Keda));
+        let dropped = dropped(Some(&tampered), &name(), &rendered(Scaling::Keda(KedaVersion::NEWEST_SUPPORTED)));
         assert_eq!(dropped, [Dropped { kind: ChildKind::ScaledObject, name: "team-b-agents".into() }]);
         let found: Vec<_> = dropped.into_iter().map(|d| (d, live(Some("uid-of-team-b"), true))).collect();
         assert!(deletions(&found, Some(UID)).is_empty());
     }
 
     #[test]
-    fn kinds_a_cdtarget_never_stops_rendering_are_never_looked_up() {
-        // Not even a Deployment or NetworkPolicy this CDTarget controls: the controller may not
-        // delete them (deploy/rbac.yaml), and a refused deletion would fail every reconcile.
+    fn the_network_policy_a_cdtarget_never_stops_rendering_is_never_looked_up() {
+        // Not even one this CDTarget controls: the controller may not delete it
+        // (deploy/rbac.yaml), and a refused deletion would fail every reconcile. A Deployment is
+        // looked up once no longer rendered (a switch to Job mode).
+        let keda = rendered(Scaling::Keda(KedaVersion::NEWEST_SUPPORTED));
         let entries = [
             ChildReference { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "old-agents".into() },
             ChildReference {
@@ -265,10 +272,14 @@ mod tests {
                 name: "old-agents".into(),
             },
         ];
-        assert!(dropped(Some(&entries), &name(), &rendered(Scaling::Keda)).is_empty());
-        let fallback: Vec<ChildKind> =
-            dropped(None, "renamed", &rendered(Scaling::Keda)).iter().map(|d| d.kind).collect();
-        assert_eq!(fallback, [ChildKind::TriggerAuthentication, ChildKind::ScaledObject], "only the droppable kinds");
+        let looked_up: Vec<ChildKind> = dropped(Some(&entries), &name(), &keda).iter().map(|d| d.kind).collect();
+        assert_eq!(looked_up, [ChildKind::Deployment]);
+        let fallback: Vec<ChildKind> = dropped(None, "renamed", &keda).iter().map(|d| d.kind).collect();
+        assert_eq!(
+            fallback,
+            [ChildKind::TriggerAuthentication, ChildKind::Deployment, ChildKind::ScaledObject, ChildKind::ScaledJob],
+            "only the droppable kinds"
+        );
     }
 
     #[test]
@@ -284,7 +295,7 @@ mod tests {
         let looked_up = dropped(Some(&repeated), &name(), &rendered(Scaling::Fixed));
         assert_eq!(looked_up, [Dropped { kind: ChildKind::ScaledObject, name: "agents".into() }], "each child once");
         // The children a legitimate inventory holds still fit.
-        assert!(recorded(&rendered(Scaling::Keda)).len() <= MOST_DROPPED);
+        assert!(recorded(&rendered(Scaling::Keda(KedaVersion::NEWEST_SUPPORTED))).len() <= MOST_DROPPED);
     }
 
     #[test]

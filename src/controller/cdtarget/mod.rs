@@ -36,6 +36,7 @@ use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
 use crate::api::CDTarget;
+use crate::api::keda::KedaVersion;
 use crate::apply::WriteError;
 use crate::controller::frame::{Frame, Framed};
 use crate::error::{Class, Classify, Schedule};
@@ -226,8 +227,10 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
 
 async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
     let observed = observe::observe(&target, &namespace, &ctx).await?;
-    let plan =
-        plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.installed(), &observed.refused, ctx.resync);
+    // The installed release is not discovered yet: render for the newest supported one (the
+    // policy's keda.version pins another).
+    let keda = ctx.keda.installed().then_some(KedaVersion::NEWEST_SUPPORTED);
+    let plan = plan::plan(&target, &observed.policy, &observed.secrets, keda, &observed.refused, ctx.resync);
     let written = match &plan.children {
         Some(children) => execute::write_children(&ctx.frame.writer, &ctx.echoes, &namespace, &target, children).await,
         None => Ok(Written::Nothing),

@@ -14,7 +14,8 @@ use crate::api::conditions::{
     REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY, REASON_INVALID_SPEC,
     REASON_KEDA_NOT_INSTALLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
 };
-use crate::api::{CDTarget, RenderedSummary};
+use crate::api::keda::KedaVersion;
+use crate::api::{AgentMode, CDTarget, RenderedSummary};
 use crate::controller::conditions::Health;
 use crate::policy::Policy;
 use crate::problem::Problem;
@@ -37,7 +38,8 @@ pub struct Plan {
 }
 
 /// Decides what to do with `target` given the policy (or why it is invalid), the referenced
-/// Secrets as read, whether KEDA is installed, and the referenced objects the agents may not be
+/// Secrets as read, the KEDA release installed (`None`: KEDA is not; the policy's `keda.version`
+/// pin overrides the release given), and the referenced objects the agents may not be
 /// given ([`borrowed::refusals`]). Order: the admin's policy, then the tenant's spec, then the
 /// refused references (all three need a human, so they are reported before waiting for a
 /// Secret), then the Secrets. A CDTarget whose children are planned comes back after `resync`
@@ -46,7 +48,7 @@ pub fn plan(
     target: &CDTarget,
     policy: &Result<Policy, Vec<Problem>>,
     secrets: &SecretsRead,
-    keda: bool,
+    keda: Option<KedaVersion>,
     refused: &[Refusal],
     resync: Duration,
 ) -> Plan {
@@ -81,30 +83,50 @@ pub fn plan(
         }
     };
 
-    let scaling = if keda { Scaling::Keda } else { Scaling::Fixed };
+    let scaling = match keda {
+        Some(found) => Scaling::Keda(policy.keda.version.unwrap_or(found)),
+        None => Scaling::Fixed,
+    };
     let children = render::children(&valid, policy, &digests, scaling);
     let rendered = RenderedSummary {
         network_policy: children.network_policy().map(ResourceExt::name_any).unwrap_or_default(),
-        deployment: children.deployment().map(ResourceExt::name_any).unwrap_or_default(),
+        mode: Some(valid.mode.to_string()),
+        deployment: children.deployment().map(ResourceExt::name_any),
         scaled_object: children.scaled_object().map(ResourceExt::name_any),
+        scaled_job: children.scaled_job().map(ResourceExt::name_any),
         trigger_authentication: children.trigger_authentication().map(ResourceExt::name_any),
         destinations: valid.destinations.iter().map(ToString::to_string).collect(),
         secrets_digest: Some(render::secrets_digest(target, &digests)),
     };
-    let applied = format!("applied NetworkPolicy {} and Deployment {}", rendered.network_policy, rendered.deployment);
-    let health = if keda {
-        Health::Ready {
+    let applied = format!("applied NetworkPolicy {}", rendered.network_policy);
+    let name = valid.name;
+    let health = match (valid.mode, scaling) {
+        (AgentMode::Deployment, Scaling::Keda(_)) => Health::Ready {
             reason: REASON_APPLIED.into(),
-            message: format!("{applied}, with KEDA ScaledObject {0} and TriggerAuthentication {0}", valid.name),
-        }
-    } else {
-        Health::Ready {
+            message: format!(
+                "{applied} and Deployment {name}, with KEDA ScaledObject {name} and TriggerAuthentication {name}"
+            ),
+        },
+        (AgentMode::Job, Scaling::Keda(_)) => Health::Ready {
+            reason: REASON_APPLIED.into(),
+            message: format!(
+                "{applied}, KEDA ScaledJob {name} and TriggerAuthentication {name}: one agent Job per queued pipeline job"
+            ),
+        },
+        (AgentMode::Deployment, Scaling::Fixed) => Health::Ready {
             reason: REASON_KEDA_NOT_INSTALLED.into(),
             message: format!(
-                "{applied}; KEDA is not installed, so a plain Deployment at minReplicaCount ({} replicas) and no autoscaling",
+                "{applied} and Deployment {name}; KEDA is not installed, so a plain Deployment at minReplicaCount ({} replicas) and no autoscaling",
                 valid.min_replicas
             ),
-        }
+        },
+        // Nothing runs the agents until KEDA is installed: not Ready, and not the tenant's to fix.
+        (AgentMode::Job, Scaling::Fixed) => Health::Progressing {
+            reason: REASON_KEDA_NOT_INSTALLED.into(),
+            message: format!(
+                "{applied}; KEDA is not installed, and spec.mode Job runs the agents only as the Jobs of a KEDA ScaledJob, so no agent runs until KEDA is installed (or spec.mode is Deployment)"
+            ),
+        },
     };
     Plan { health, children: Some(children), rendered: Some(rendered), requeue: resync }
 }
@@ -156,6 +178,8 @@ mod tests {
 
     use super::*;
 
+    const KEDA: Option<KedaVersion> = Some(KedaVersion::NEWEST_SUPPORTED);
+
     fn target(ip: &[&str]) -> CDTarget {
         CDTarget::test().with_ips(ip.iter().copied())
     }
@@ -179,7 +203,7 @@ mod tests {
             .with_image_pull_secret("pull")
             .with_env(crate::fixtures::env_from_secret("DB", "db", "password"));
         let digest = |secrets: &SecretsRead| {
-            let plan = plan(&target, &Ok(Policy::default()), secrets, true, &[], RESYNC);
+            let plan = plan(&target, &Ok(Policy::default()), secrets, KEDA, &[], RESYNC);
             assert!(plan.children.is_some(), "{:?}", plan.health);
             plan.rendered.and_then(|r| r.secrets_digest).expect("a digest")
         };
@@ -202,7 +226,7 @@ mod tests {
 
     #[test]
     fn invalid_spec_is_reported_before_a_missing_secret_and_applies_nothing() {
-        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), true, &[], RESYNC);
+        let plan = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &SecretsRead::new(), KEDA, &[], RESYNC);
         assert!(
             matches!(&plan.health, Health::Stalled { reason, message } if reason == REASON_INVALID_SPEC && message.starts_with("spec.ip[0]: "))
         );
@@ -211,7 +235,7 @@ mod tests {
 
     #[test]
     fn empty_token_waits_without_revealing_secret_content() {
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), true, &[], RESYNC);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token(""), KEDA, &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_SECRET_NOT_FOUND);
         assert_eq!((plan.children, plan.requeue), (None, WAIT_RETRY));
     }
@@ -219,14 +243,14 @@ mod tests {
     #[test]
     fn a_cdtarget_in_place_comes_back_at_the_configured_resync() {
         let every = Duration::from_secs(7);
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), true, &[], every);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), KEDA, &[], every);
         assert!(plan.children.is_some(), "{:?}", plan.health);
         assert_eq!(plan.requeue, every);
     }
 
     #[test]
     fn without_keda_no_autoscaler_is_planned() {
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), false, &[], RESYNC);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), None, &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_KEDA_NOT_INSTALLED);
         let children = plan.children.expect("children");
         assert!(children.scaled_object().is_none() && children.trigger_authentication().is_none());
@@ -235,10 +259,10 @@ mod tests {
     #[test]
     fn invalid_policy_stalls_and_keeps_the_previous_summary() {
         let mut target = target(&["10.1.2.3"]);
-        let previous = RenderedSummary { deployment: "agents".into(), ..RenderedSummary::default() };
+        let previous = RenderedSummary { deployment: Some("agents".into()), ..RenderedSummary::default() };
         target.status = Some(CDTargetStatus { rendered: Some(previous.clone()), ..CDTargetStatus::default() });
         let problems = Err(vec![Problem::field("data.ports", "bad")]);
-        let plan = plan(&target, &problems, &token("pat"), true, &[], RESYNC);
+        let plan = plan(&target, &problems, &token("pat"), KEDA, &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_INVALID_POLICY);
         assert_eq!(plan.rendered, Some(previous));
     }
@@ -252,7 +276,7 @@ mod tests {
             name: "builder-token".into(),
             why: borrowed::Why::ServiceAccountToken,
         }];
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &SecretsRead::new(), true, &refused, RESYNC);
+        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &SecretsRead::new(), KEDA, &refused, RESYNC);
         assert_eq!(
             (reason(&plan.health), plan.children, plan.requeue),
             (REASON_SECRET_NOT_ALLOWED, None, STALLED_RESYNC)
