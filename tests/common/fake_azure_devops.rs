@@ -132,7 +132,8 @@ impl JobResult {
 /// A fault answered instead of the real thing (contract §8.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
-    /// This status (500, 502, 503, 504, …) with a JSON error body.
+    /// This status: 500 with the service's JSON error body, any other (502, 503, 504, …) with a
+    /// small HTML page, as a proxy in front of the service answers.
     Status(u16),
     /// The connection is aborted before the response's body (no usable response).
     Reset,
@@ -1588,7 +1589,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         *state.counts.by_endpoint.entry(endpoint.to_owned()).or_default() += 1;
         let credential = describe_credential(&state, &call);
         let outcome = match take_fault(&mut state, endpoint) {
-            Some(fault) => fault_outcome(fault, &shared.base_url, &state, org.as_deref(), &call),
+            Some(fault) => fault_outcome(fault, &shared.base_url, &call),
             None => Outcome::Answer(answer(&mut state, &shared, &call, org.as_deref(), &route, endpoint)),
         };
         let status = match &outcome {
@@ -1647,8 +1648,7 @@ fn take_fault(state: &mut StateData, endpoint: &str) -> Option<Fault> {
     Some(fault)
 }
 
-fn fault_outcome(fault: Fault, base: &str, state: &StateData, org: Option<&str>, call: &Call) -> Outcome {
-    let org = org.and_then(|name| state.orgs.get(&name.to_ascii_lowercase()));
+fn fault_outcome(fault: Fault, base: &str, call: &Call) -> Outcome {
     match fault {
         Fault::Reset => Outcome::Reset,
         Fault::Stall => Outcome::Stall,
@@ -1659,11 +1659,7 @@ fn fault_outcome(fault: Fault, base: &str, state: &StateData, org: Option<&str>,
         }
         Fault::Status(status) => {
             let page = format!("<html><head><title>{status}</title></head><body><h1>{status}</h1></body></html>");
-            let answer = Answer::html(status, page);
-            Outcome::Answer(match org {
-                Some(_) if status == 503 => answer.header("Retry-After", "1"),
-                _ => answer,
-            })
+            Outcome::Answer(Answer::html(status, page))
         }
     }
 }
