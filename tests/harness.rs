@@ -1,7 +1,9 @@
 //! Self-tests of the test harnesses: the loopback git servers in `tests/common` (with the git
-//! CLI as the client), and the replay of the fuzz corpora (`fuzz_corpora`).
+//! CLI as the client), the fake Azure DevOps (`fake_azure_devops`), and the replay of the fuzz
+//! corpora (`fuzz_corpora`).
 
 mod common;
+mod fake_azure_devops;
 mod fuzz_corpora;
 
 use std::io::{Read, Write};

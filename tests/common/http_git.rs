@@ -97,10 +97,12 @@ pub struct HttpGit {
     thread: Option<JoinHandle<()>>,
 }
 
-struct TlsFiles {
-    dir: TestDir,
-    ca_pem: String,
-    cert_pem: String,
+/// The certificate files of an HTTPS server (also used by `fake_azure_devops`).
+pub(super) struct TlsFiles {
+    /// Holds `ca.crt`, `tls.crt` and `tls.key`.
+    pub(super) dir: TestDir,
+    pub(super) ca_pem: String,
+    pub(super) cert_pem: String,
 }
 
 struct Shared {
@@ -475,7 +477,7 @@ impl http_body::Body for CutBody {
 
 /// Writes `ca.crt`, `tls.crt` and `tls.key` (ECDSA P-256, valid two days, for `IP:127.0.0.1` and
 /// `DNS:localhost`) with the openssl CLI.
-fn generate_certificate(kind: Tls) -> TlsFiles {
+pub(super) fn generate_certificate(kind: Tls) -> TlsFiles {
     const EC_KEY: [&str; 5] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
     const NAMES: &str = "subjectAltName=IP:127.0.0.1,DNS:localhost";
     let dir = test_dir();
@@ -528,7 +530,7 @@ fn openssl(command: &[&str], key: &[&str], args: &[&str]) {
     assert!(output.status.success(), "openssl {}: {}", command.join(" "), String::from_utf8_lossy(&output.stderr));
 }
 
-fn tls_acceptor(dir: &Path) -> TlsAcceptor {
+pub(super) fn tls_acceptor(dir: &Path) -> TlsAcceptor {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let chain = vec![CertificateDer::from_pem_file(dir.join("tls.crt")).expect("read tls.crt")];
@@ -546,13 +548,13 @@ fn tls_acceptor(dir: &Path) -> TlsAcceptor {
 
 /// An axum listener yielding TLS streams. Handshakes run in their own tasks, so a client that
 /// stalls its handshake does not hold up the others.
-struct TlsListener {
+pub(super) struct TlsListener {
     handshaken: mpsc::Receiver<(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, SocketAddr)>,
     address: SocketAddr,
 }
 
 impl TlsListener {
-    fn new(listener: tokio::net::TcpListener, acceptor: TlsAcceptor) -> TlsListener {
+    pub(super) fn new(listener: tokio::net::TcpListener, acceptor: TlsAcceptor) -> TlsListener {
         let address = listener.local_addr().expect("local address");
         let (sender, handshaken) = mpsc::channel(16);
         tokio::spawn(async move {

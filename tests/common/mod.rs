@@ -26,6 +26,7 @@ pub mod api_bridge;
 pub mod attacks;
 pub mod cluster;
 pub mod control_plane;
+pub mod fake_azure_devops;
 pub mod fake_gitlab;
 pub mod git_daemon;
 pub mod go_build;
