@@ -20,6 +20,7 @@ mod feedback;
 mod health;
 mod install;
 mod inventory;
+mod keda_operator;
 mod kit;
 mod kustomize;
 mod policy;

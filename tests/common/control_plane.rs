@@ -23,7 +23,9 @@
 //!   [`Options::admission_plugins`]), and an audit policy at level `Metadata` for every request,
 //!   logged as JSON lines to a file ([`ControlPlane::audit_events`]).
 //! * **kube-controller-manager** runs the garbage collector, namespace deletion, ServiceAccount
-//!   and ServiceAccount-token controllers (no scheduler, no kubelet: pods stay Pending).
+//!   and ServiceAccount-token controllers, and on request the Deployment and ReplicaSet
+//!   controllers ([`Options::workload_controllers`]) and the Job controller
+//!   ([`Options::job_controller`]); no scheduler, no kubelet: pods stay Pending.
 //! * Every port is picked by the OS; everything lives in one temporary directory; the processes
 //!   are killed by PID when a [`ControlPlane`] is dropped, and the shared one (a static, never
 //!   dropped) when the test process exits.
@@ -65,6 +67,9 @@ pub struct Options {
     /// created for Deployments (and stay Pending: no scheduler, no kubelet), and a pod whose
     /// status a test reports running and ready counts in the Deployment's availability.
     pub workload_controllers: bool,
+    /// kube-controller-manager also runs the Job controller: a Job gets its pods (which stay
+    /// Pending), as KEDA's ScaledJobs need (`tests/common/keda.rs`).
+    pub job_controller: bool,
 }
 
 /// A running control plane (see the module documentation).
@@ -598,6 +603,9 @@ impl ControlPlane {
                 .to_owned();
         if options.workload_controllers {
             controllers.push_str(",deployment-controller,replicaset-controller");
+        }
+        if options.job_controller {
+            controllers.push_str(",job-controller");
         }
         let mut args: Vec<String> = vec![
             "controller-manager".into(),

@@ -530,6 +530,15 @@ fn openssl(command: &[&str], key: &[&str], args: &[&str]) {
     assert!(output.status.success(), "openssl {}: {}", command.join(" "), String::from_utf8_lossy(&output.stderr));
 }
 
+/// For other HTTPS servers of the tests: a directory holding `ca.crt` (a new test CA) and
+/// `tls.crt`/`tls.key` (a certificate it signed for `IP:127.0.0.1` and `DNS:localhost`), and a
+/// TLS acceptor presenting that certificate.
+pub fn signed_by_test_ca() -> (TestDir, TlsAcceptor) {
+    let files = generate_certificate(Tls::SignedByCa);
+    let acceptor = tls_acceptor(files.dir.path());
+    (files.dir, acceptor)
+}
+
 pub(super) fn tls_acceptor(dir: &Path) -> TlsAcceptor {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};

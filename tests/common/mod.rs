@@ -1,6 +1,7 @@
 //! Real git servers on 127.0.0.1 for the tests of the Git source and the end-to-end tests, and a
 //! stateful fake GitLab (`fake_gitlab`) for the GitLab syncer's tests and benchmark, and a real
-//! Kubernetes control plane (`control_plane`) for the cluster tests.
+//! Kubernetes control plane (`control_plane`) for the cluster tests, and KEDA's operator beside
+//! it (`keda`).
 //!
 //! Use it from `tests/<name>.rs` with `mod common;` (from `tests/<area>/main.rs`:
 //! `#[path = "../common/mod.rs"] mod common;`), then, for example:
@@ -31,6 +32,7 @@ pub mod fake_gitlab;
 pub mod git_daemon;
 pub mod go_build;
 pub mod http_git;
+pub mod keda;
 pub mod process;
 pub mod sshd;
 pub mod stalling;
