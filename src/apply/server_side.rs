@@ -77,6 +77,9 @@ pub(crate) fn impersonating_client(base: &Client, user: &str) -> Result<Client, 
 
 /// [`ApplyError::verb`] of a refused apply.
 pub(crate) const APPLYING: &str = "applying";
+/// [`ApplyError::verb`] of a refused list of the Jobs a KEDA ScaledJob made (its kind is the
+/// ScaledJob's).
+pub(crate) const LISTING_JOBS_OF: &str = "listing the Jobs of";
 /// [`ApplyError::verb`] of a refused deletion.
 pub(crate) const DELETING: &str = "deleting";
 /// [`ApplyError::verb`] of an object refused in a server-side dry run.

@@ -16,6 +16,7 @@ use crate::api::keda::{
     AuthenticationRef, KedaVersion, Rollout, ScaleTargetRef, ScaleTrigger, ScaledJob, ScaledJobSpec, ScaledObject,
     ScaledObjectSpec, ScalingStrategy, SecretTargetRef, TriggerAuthentication, TriggerAuthenticationSpec,
 };
+use crate::api::labels;
 use crate::policy::Policy;
 
 /// The scaler's metadata every KEDA object starts from: the pool and where the organization URL
@@ -96,11 +97,21 @@ pub(crate) fn scaled_job(
     metadata.insert(SCALE_ON_IN_FLIGHT.into(), busy.to_string());
     let strategy = if busy { "default" } else { "accurate" };
     let jobs = &policy.jobs;
+    let mut template = pod::pod_template(valid, policy, digests);
+    // KEDA's first write of a ScaledJob (its finalizer) fills in `resources: {}` where a
+    // container has none; a spec that already has it keeps its generation, where a new one
+    // restarts KEDA's scale loop mid-creation and made it start one Job too many (seen in
+    // tests/cluster/keda_operator.rs).
+    if let Some(pod) = template.spec.as_mut() {
+        for container in pod.containers.iter_mut().chain(pod.init_containers.iter_mut().flatten()) {
+            container.resources.get_or_insert_with(Default::default);
+        }
+    }
     let mut object = ScaledJob::new(
         valid.name,
         ScaledJobSpec {
             job_target_ref: JobSpec {
-                template: pod::pod_template(valid, policy, digests),
+                template,
                 active_deadline_seconds: Some(jobs.active_deadline_seconds),
                 backoff_limit: Some(0),
                 ..JobSpec::default()
@@ -116,8 +127,18 @@ pub(crate) fn scaled_job(
         },
     );
     object.metadata = child_metadata(valid, valid.name);
+    // KEDA copies the ScaledJob's labels onto its Jobs, over its own: without this the Jobs
+    // would say cdtarget manages them, which only KEDA does.
+    object
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(JOB_EXCLUDED_LABELS.into(), labels::MANAGED_BY.into());
     object
 }
+
+/// The ScaledJob annotation naming labels KEDA does not copy onto the Jobs it makes.
+pub(crate) const JOB_EXCLUDED_LABELS: &str = "scaledjob.keda.sh/job-excluded-labels";
 
 /// Renders the TriggerAuthentication giving the scaler the tenant's token.
 pub(crate) fn trigger_authentication(valid: &ValidTarget<'_>) -> TriggerAuthentication {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::execute::Written;
-use super::plan::Plan;
+use super::plan::{BusyAgents, Plan};
 use super::{AgentWatches, Error, SCHEDULE};
 use super::{STALLED_RESYNC, agents, children, inventory};
 use crate::api::conditions::{
@@ -39,6 +39,9 @@ pub struct Decision {
     pub rendered: Option<RenderedSummary>,
     /// The inventory for status.
     pub inventory: Option<Vec<ChildReference>>,
+    /// `BusyAgentsCounted`, as planned (written whatever the write of the children did: it
+    /// describes what is rendered, not whether it is in place).
+    pub busy_agents: BusyAgents,
 }
 
 /// The decision after `target`'s reconcile planned `plan` and the write of its children gave
@@ -109,7 +112,7 @@ pub fn decide(
             (previous_rendered, inventory::after_failure(previous_inventory.as_deref(), Some(children)))
         }
     };
-    Decision { health, applied, requeue, rendered, inventory }
+    Decision { health, applied, requeue, rendered, inventory, busy_agents: plan.busy_agents }
 }
 
 /// `minReplicaCount` as rendered: the ScaledObject's with KEDA, else the Deployment's replicas,
@@ -146,7 +149,10 @@ mod tests {
     }
 
     fn planned(target: &CDTarget, keda: bool) -> Plan {
-        let keda = keda.then_some(crate::api::keda::KedaVersion::NEWEST_SUPPORTED);
+        let keda = crate::controller::inputs::KedaSeen {
+            installed: keda,
+            version: Some(crate::api::keda::KedaVersion::NEWEST_SUPPORTED),
+        };
         let data = BTreeMap::from([("AZP_TOKEN".to_owned(), ByteString(b"pat".to_vec()))]);
         let secrets = SecretsRead::from([("azp-token".to_owned(), Some(data))]);
         let plan = plan(target, &Ok(Policy::default()), &secrets, keda, &[], RESYNC);
@@ -279,7 +285,7 @@ mod tests {
         let inventory = vec![inventory::reference(crate::render::ChildKind::ScaledObject, "agents")];
         let status = CDTargetStatus { inventory: Some(inventory.clone()), ..CDTargetStatus::default() };
         let target = target().with_status(status);
-        let plan = plan(&target, &Ok(Policy::default()), &SecretsRead::new(), None, &[], RESYNC);
+        let plan = plan(&target, &Ok(Policy::default()), &SecretsRead::new(), Default::default(), &[], RESYNC);
         let expected = plan.health.clone();
         let decision = decide(&target, plan, Ok(&Written::Nothing), ALL_WATCHED, NOW);
         assert_eq!((decision.health, decision.requeue), (expected, WAIT_RETRY));

@@ -3,7 +3,8 @@
 //! an object it does not control), and hands the writes to the one writer; then deletes the
 //! children no longer rendered that [`super::inventory`] finds this CDTarget controls.
 
-use kube::api::{Api, DynamicObject};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
@@ -13,7 +14,7 @@ use super::children::{self, Conflict, Write as ChildWrite};
 use super::echoes::Echoes;
 use super::inventory;
 use crate::api::{CDTarget, ChildReference};
-use crate::apply::server_side::{APPLYING, ApplyError};
+use crate::apply::server_side::{APPLYING, ApplyError, LISTING_JOBS_OF};
 use crate::apply::{Done, Write, WriteError, Writer};
 use crate::render::{ChildKind, Children};
 
@@ -77,8 +78,15 @@ pub(crate) async fn write_children(
         deployment: live(ChildKind::Deployment),
         scaled_object: live(ChildKind::ScaledObject),
         written: false,
-        ..agents::Observed::default()
+        scaled_job_name: children
+            .scaled_job()
+            .map(|j| format!("{namespace}/{}", j.metadata.name.as_deref().unwrap_or_default())),
+        scaled_job: live(ChildKind::ScaledJob),
+        agent_jobs: Vec::new(),
     };
+    if let Some(scaled_job) = children.scaled_job() {
+        agents.agent_jobs = agent_jobs(writer, namespace, &scaled_job.name_any()).await?;
+    }
 
     for ((kind, desired), write) in objects.into_iter().zip(writes) {
         let resource_version = match write {
@@ -88,7 +96,7 @@ pub(crate) async fn write_children(
             ChildWrite::Update { resource_version } => resource_version,
         };
         // The agents' status as read no longer describes what the controllers now roll out.
-        agents.written |= matches!(kind, ChildKind::Deployment | ChildKind::ScaledObject);
+        agents.written |= matches!(kind, ChildKind::Deployment | ChildKind::ScaledObject | ChildKind::ScaledJob);
         let name = desired.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
         let write = Write::Child {
             resource: kind.resource(),
@@ -124,6 +132,27 @@ pub(crate) async fn write_children(
     }
     Ok(Written::Children(Applied { agents, inventory: inventory::recorded(children) }))
 }
+
+/// The Jobs KEDA made for the ScaledJob `name` (KEDA's label on them; [`agents::job_health`]
+/// counts only those the live ScaledJob controls), as JSON.
+async fn agent_jobs(writer: &Writer, namespace: &str, name: &str) -> Result<Vec<Value>, Error> {
+    let api: Api<Job> = Api::namespaced(writer.client().clone(), namespace);
+    let params = ListParams::default().labels(&format!("{SCALED_JOB_LABEL}={name}"));
+    let jobs = api.list(&params).await.map_err(|source| {
+        let refused = ApplyError {
+            verb: LISTING_JOBS_OF,
+            kind: "ScaledJob".to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        };
+        Error::Apply(WriteError::from(refused))
+    })?;
+    Ok(jobs.items.into_iter().filter_map(|job| serde_json::to_value(job).ok()).collect())
+}
+
+/// The label KEDA puts on every Job (and pod) of a ScaledJob: the ScaledJob's name.
+pub(crate) const SCALED_JOB_LABEL: &str = "scaledjob.keda.sh/name";
 
 /// The live object of the child of `kind` named `name`, as JSON (`None`: it does not exist, or
 /// its kind is not served, as KEDA's once uninstalled).

@@ -36,7 +36,6 @@ use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
 use crate::api::CDTarget;
-use crate::api::keda::KedaVersion;
 use crate::apply::WriteError;
 use crate::controller::frame::{Frame, Framed};
 use crate::error::{Class, Classify, Schedule};
@@ -227,10 +226,7 @@ pub async fn reconcile(target: Arc<CDTarget>, ctx: Arc<Context>) -> Result<Actio
 
 async fn reconcile_in(target: Arc<CDTarget>, ctx: Arc<Context>, namespace: String) -> Result<Action, Error> {
     let observed = observe::observe(&target, &namespace, &ctx).await?;
-    // The installed release is not discovered yet: render for the newest supported one (the
-    // policy's keda.version pins another).
-    let keda = ctx.keda.installed().then_some(KedaVersion::NEWEST_SUPPORTED);
-    let plan = plan::plan(&target, &observed.policy, &observed.secrets, keda, &observed.refused, ctx.resync);
+    let plan = plan::plan(&target, &observed.policy, &observed.secrets, ctx.keda.seen(), &observed.refused, ctx.resync);
     let written = match &plan.children {
         Some(children) => execute::write_children(&ctx.frame.writer, &ctx.echoes, &namespace, &target, children).await,
         None => Ok(Written::Nothing),

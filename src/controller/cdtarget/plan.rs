@@ -11,12 +11,14 @@ use kube::ResourceExt;
 use super::borrowed::{self, Refusal};
 use super::{STALLED_RESYNC, WAIT_RETRY};
 use crate::api::conditions::{
-    REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY, REASON_INVALID_SPEC,
-    REASON_KEDA_NOT_INSTALLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
+    REASON_APPLIED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_JOB_MODE,
+    REASON_KEDA_DROPS_BUSY_AGENTS, REASON_KEDA_NOT_INSTALLED, REASON_SCALE_ON_IN_FLIGHT,
+    REASON_SCALE_ON_IN_FLIGHT_DISABLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
 };
 use crate::api::keda::KedaVersion;
 use crate::api::{AgentMode, CDTarget, RenderedSummary};
 use crate::controller::conditions::Health;
+use crate::controller::inputs::KedaSeen;
 use crate::policy::Policy;
 use crate::problem::Problem;
 use crate::render::{self, Children, Scaling, SecretDigests};
@@ -35,6 +37,28 @@ pub struct Plan {
     pub rendered: Option<RenderedSummary>,
     /// When to reconcile again.
     pub requeue: Duration,
+    /// `BusyAgentsCounted`: what the KEDA the children are rendered for does with agents running
+    /// a job.
+    pub busy_agents: BusyAgents,
+}
+
+/// The `BusyAgentsCounted` condition a plan asks for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum BusyAgents {
+    /// Nothing was rendered: the condition stays as it is.
+    #[default]
+    Unchanged,
+    /// No KEDA scales the agents: no condition.
+    Absent,
+    /// The condition: whether busy agents count, the reason and the message.
+    Set {
+        /// `True`: KEDA counts agents running a job, or nothing scales them down (Job mode).
+        counted: bool,
+        /// One of the `BusyAgentsCounted` reasons of [`crate::api::conditions`].
+        reason: &'static str,
+        /// What the tenant reads: the risk and the ways out, or why there is none.
+        message: String,
+    },
 }
 
 /// Decides what to do with `target` given the policy (or why it is invalid), the referenced
@@ -48,12 +72,18 @@ pub fn plan(
     target: &CDTarget,
     policy: &Result<Policy, Vec<Problem>>,
     secrets: &SecretsRead,
-    keda: Option<KedaVersion>,
+    keda: KedaSeen,
     refused: &[Refusal],
     resync: Duration,
 ) -> Plan {
     let previous = target.status.as_ref().and_then(|s| s.rendered.clone());
-    let keep = |health: Health, requeue: Duration| Plan { health, children: None, rendered: previous.clone(), requeue };
+    let keep = |health: Health, requeue: Duration| Plan {
+        health,
+        children: None,
+        rendered: previous.clone(),
+        requeue,
+        busy_agents: BusyAgents::Unchanged,
+    };
 
     let policy = match policy {
         Ok(policy) => policy,
@@ -83,10 +113,18 @@ pub fn plan(
         }
     };
 
-    let scaling = match keda {
-        Some(found) => Scaling::Keda(policy.keda.version.unwrap_or(found)),
-        None => Scaling::Fixed,
+    // The policy's pin, else what discovery found, else the oldest supported release, which
+    // renders nothing an older KEDA would not read and reports the risk rather than hide it.
+    let release = policy.keda.version.or(keda.version).unwrap_or(KedaVersion::OLDEST_SUPPORTED);
+    let scaling = if keda.installed { Scaling::Keda(release) } else { Scaling::Fixed };
+    let known = match (policy.keda.version, keda.version) {
+        (Some(_), _) => "pinned by the policy's keda.version",
+        (None, Some(_)) => "read from the schema of KEDA's CRDs",
+        (None, None) => {
+            "assumed: the API server's schema of KEDA's CRDs could not be read; a cluster admin can pin keda.version in the policy"
+        }
     };
+    let busy_agents = busy_agents(&valid, scaling, known);
     let children = render::children(&valid, policy, &digests, scaling);
     let rendered = RenderedSummary {
         network_policy: children.network_policy().map(ResourceExt::name_any).unwrap_or_default(),
@@ -128,7 +166,43 @@ pub fn plan(
             ),
         },
     };
-    Plan { health, children: Some(children), rendered: Some(rendered), requeue: resync }
+    Plan { health, children: Some(children), rendered: Some(rendered), requeue: resync, busy_agents }
+}
+
+/// What the KEDA of `scaling` does with agents running a job, for `BusyAgentsCounted`; `known`
+/// says how the release was told.
+fn busy_agents(valid: &render::ValidTarget<'_>, scaling: Scaling, known: &str) -> BusyAgents {
+    let Scaling::Keda(version) = scaling else {
+        return BusyAgents::Absent;
+    };
+    if valid.mode == AgentMode::Job {
+        return BusyAgents::Set {
+            counted: true,
+            reason: REASON_JOB_MODE,
+            message: format!(
+                "the agents run as the Jobs of KEDA ScaledJob {}: one per queued pipeline job, each running its job to the end; nothing scales a busy agent down",
+                valid.name
+            ),
+        };
+    }
+    match render::busy_agent_risk(valid.mode, scaling, &valid.spec().trigger_meta) {
+        Some(risk) => BusyAgents::Set {
+            counted: false,
+            reason: if version.counts_busy_agents() {
+                REASON_SCALE_ON_IN_FLIGHT_DISABLED
+            } else {
+                REASON_KEDA_DROPS_BUSY_AGENTS
+            },
+            message: format!("{risk} (KEDA {version}, {known})"),
+        },
+        None => BusyAgents::Set {
+            counted: true,
+            reason: REASON_SCALE_ON_IN_FLIGHT,
+            message: format!(
+                "KEDA {version} ({known}) counts the jobs agents are running (triggerMeta scaleOnInFlight \"true\"), so its autoscaler keeps an agent for every queued and running job; which agent a scale-down removes it still does not know (spec.mode Job avoids that)"
+            ),
+        },
+    }
 }
 
 /// Digests of the referenced Secrets, or why the agents cannot start yet. Never mentions a
@@ -178,7 +252,7 @@ mod tests {
 
     use super::*;
 
-    const KEDA: Option<KedaVersion> = Some(KedaVersion::NEWEST_SUPPORTED);
+    const KEDA: KedaSeen = KedaSeen { installed: true, version: Some(KedaVersion::NEWEST_SUPPORTED) };
 
     fn target(ip: &[&str]) -> CDTarget {
         CDTarget::test().with_ips(ip.iter().copied())
@@ -250,7 +324,8 @@ mod tests {
 
     #[test]
     fn without_keda_no_autoscaler_is_planned() {
-        let plan = plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), None, &[], RESYNC);
+        let plan =
+            plan(&target(&["10.1.2.3"]), &Ok(Policy::default()), &token("pat"), KedaSeen::default(), &[], RESYNC);
         assert_eq!(reason(&plan.health), REASON_KEDA_NOT_INSTALLED);
         let children = plan.children.expect("children");
         assert!(children.scaled_object().is_none() && children.trigger_authentication().is_none());

@@ -3,7 +3,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::decide::Decision;
-use crate::api::conditions::APPLIED;
+use super::plan::BusyAgents;
+use crate::api::conditions::{APPLIED, BUSY_AGENTS_COUNTED};
 use crate::api::reconcile_request;
 use crate::api::{CDTarget, CDTargetStatus};
 use crate::controller::conditions::{self, Health};
@@ -23,6 +24,13 @@ pub(crate) fn next_status(target: &CDTarget, decision: &Decision, now: &Time) ->
         Health::Stalled { reason, message } | Health::Progressing { reason, message } => (false, reason, message),
     };
     conditions::set(&mut status.conditions, APPLIED, ok, reason, message, generation, now);
+    match &decision.busy_agents {
+        BusyAgents::Unchanged => {}
+        BusyAgents::Absent => conditions::remove(&mut status.conditions, BUSY_AGENTS_COUNTED),
+        BusyAgents::Set { counted, reason, message } => {
+            conditions::set(&mut status.conditions, BUSY_AGENTS_COUNTED, *counted, reason, message, generation, now);
+        }
+    }
     status.conditions =
         status.conditions.iter().map(|c| tenant_text::condition_for_tenant(Object::CDTarget, c)).collect();
     status.observed_generation = generation;
