@@ -265,6 +265,8 @@ mod tests {
         let without_once = PodSpec { restart_policy: None, ..pod.clone() };
         let mut deployment_spec = deployment_pod.spec.unwrap();
         deployment_spec.containers[0].args = Some(vec!["--once".into()]);
+        // `resources: {}` where the Deployment's container has none (what KEDA writes itself).
+        deployment_spec.containers[0].resources.get_or_insert_with(Default::default);
         assert_eq!(without_once, deployment_spec, "otherwise the very pod of the Deployment");
         let selector =
             job_mode.network_policy().unwrap().spec.as_ref().unwrap().pod_selector.clone().and_then(|s| s.match_labels);

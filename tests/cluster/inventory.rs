@@ -121,7 +121,7 @@ async fn keda_children_no_longer_rendered_are_deleted_and_a_tenants_objects_neve
 
     // A CDTarget from before the inventory (none in its status) and a tenant's ScaledObject with
     // its name, made while KEDA is not rendered for.
-    keda.set(false);
+    keda.set(cdtarget::controller::inputs::KedaSeen::default());
     scaled_objects.create(&post, &tenants_scaled_object(&ns, "legacy")).await.expect("the tenant's ScaledObject");
     targets.create(&post, &target(&ns, "legacy")).await.expect("create the CDTarget");
     let legacy = targets.get("legacy").await.expect("the CDTarget");

@@ -2,7 +2,7 @@
 //! (`tests/cluster/`, the fault and least-privilege suites, the real-API benchmark):
 //!
 //! * [`installed_cluster`]: the control plane with `deploy/` (`kubectl apply -k deploy/`, as
-//!   documented) and KEDA's CRDs from `../shared/contracts/keda/` installed once per binary;
+//!   documented) and KEDA's CRDs (v2.21.0's, from its Go module) installed once per binary;
 //! * [`Controller`]: `cdtarget controller` as a process, authenticated with a TokenRequest token
 //!   of `cdtarget-system/cdtarget` (exactly the RBAC users install, never an admin kubeconfig),
 //!   logging to a file, killed on drop; [`shared_controller`] is the one a binary shares;
@@ -45,9 +45,14 @@ pub const CDTARGET: &str = "apiVersion: cdtarget.io/v1alpha1\nkind: CDTarget\nme
 pub const CONFIG_MAP: &str =
     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: pipeline-settings\ndata:\n  RETRIES: \"3\"\n";
 
-/// KEDA's CRDs, read where CI keeps the shared contracts (beside the checkout); never copied in.
+/// KEDA's CRDs of the release the cluster tests run (`config/crd/bases` of KEDA v2.21.0's Go
+/// module, `go mod download`ed into the module cache when it is not there); never copied in.
+/// When the module cannot be had, a path that is no directory, naming why.
 pub fn keda_crds_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/contracts/keda")
+    match super::keda::KedaRelease::V2_21_0.source_dir() {
+        Ok(module) => module.join("config/crd/bases"),
+        Err(why) => PathBuf::from(format!("<KEDA's Go module: {why}>")),
+    }
 }
 
 /// What installing printed: `kubectl apply -k deploy/` and `kubectl apply -f <keda CRDs>`.
@@ -128,13 +133,15 @@ pub fn await_established(cluster: &ControlPlane, crds: &[&str]) {
 /// repository root, and the CRDs established.
 pub fn install(cluster: &ControlPlane, keda: &Path) -> Installed {
     let deploy = cluster.kubectl(&["apply", "-k", "deploy/"]).success();
-    let keda = cluster.kubectl(&["apply", "-f", path_str(keda)]).success();
+    // Server-side: the ScaledJob CRD is too large for the annotation of a client-side apply.
+    let keda = cluster.kubectl(&["apply", "--server-side", "-f", path_str(keda)]).success();
     await_established(
         cluster,
         &[
             "crd/cdtargets.cdtarget.io",
             "crd/tenantrepositories.cdtarget.io",
             "crd/scaledobjects.keda.sh",
+            "crd/scaledjobs.keda.sh",
             "crd/triggerauthentications.keda.sh",
         ],
     );

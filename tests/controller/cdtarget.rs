@@ -6,10 +6,11 @@ use std::time::Duration;
 use cdtarget::api::conditions::APPLIED;
 use cdtarget::api::conditions::is_true;
 use cdtarget::api::conditions::{READY, RECONCILING, STALLED};
-use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::keda::{KedaVersion, ScaledObject, TriggerAuthentication};
 use cdtarget::api::labels::SECRETS_DIGEST;
 use cdtarget::api::reconcile_request::REQUESTED_AT;
 use cdtarget::api::{CDTarget, CDTargetStatus};
+use cdtarget::controller::inputs::KedaSeen;
 use cdtarget::controller::cdtarget::AgentWatches;
 use cdtarget::controller::cdtarget::reconcile;
 use cdtarget::error::Classify;
@@ -437,13 +438,14 @@ async fn keda_installed_while_running_adds_the_autoscaler_on_the_next_reconcile(
     // The cluster serves KEDA's kinds, but the controller last saw KEDA missing.
     let cluster = cluster_with_target(true).await;
     let ctx = cluster.context();
-    ctx.keda.set(false);
+    ctx.keda.set(KedaSeen::default());
     reconcile(Arc::new(cluster.target().await), ctx.clone()).await.expect("reconcile");
     assert_eq!(condition(&status(&cluster.target().await), APPLIED).reason, "KedaNotInstalled");
     assert!(cluster.api::<ScaledObject>().get_opt(NAME).await.unwrap().is_none());
 
     // What the periodic re-check does when it finds KEDA (it then reconciles every CDTarget).
-    assert!(ctx.keda.set(true), "the change is reported");
+    let found = KedaSeen { installed: true, version: Some(KedaVersion::NEWEST_SUPPORTED) };
+    assert!(ctx.keda.set(found), "the change is reported");
     reconcile(Arc::new(cluster.target().await), ctx.clone()).await.expect("reconcile");
     assert!(cluster.api::<ScaledObject>().get_opt(NAME).await.unwrap().is_some());
     assert!(cluster.api::<TriggerAuthentication>().get_opt(NAME).await.unwrap().is_some());

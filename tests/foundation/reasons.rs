@@ -31,6 +31,7 @@ fn tables(doc: &str) -> Vec<Table> {
         conditions::GITLAB_SYNCED,
         conditions::COMMIT_STATUS_POSTED,
         conditions::SYNC_STATUS_WRITTEN,
+        conditions::BUSY_AGENTS_COUNTED,
     ];
     let (mut kind, mut paragraph, mut tables) = (None, String::new(), Vec::<Table>::new());
     let mut in_table = false;
