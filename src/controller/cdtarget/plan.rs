@@ -362,4 +362,67 @@ mod tests {
             "{message}"
         );
     }
+
+    fn busy(plan: &Plan) -> (bool, &'static str, &str) {
+        match &plan.busy_agents {
+            BusyAgents::Set { counted, reason, message } => (*counted, *reason, message.as_str()),
+            other => panic!("no BusyAgentsCounted: {other:?}"),
+        }
+    }
+
+    fn seen(version: Option<KedaVersion>) -> KedaSeen {
+        KedaSeen { installed: true, version }
+    }
+
+    #[test]
+    fn busy_agents_count_on_keda_2_21_and_in_job_mode_and_not_on_2_20() {
+        let deployment = target(&["10.1.2.3"]);
+        let on_2_21 =
+            plan(&deployment, &Ok(Policy::default()), &token("pat"), seen(Some(KedaVersion::V2_21_0)), &[], RESYNC);
+        let (counted, reason, message) = busy(&on_2_21);
+        assert_eq!((counted, reason), (true, REASON_SCALE_ON_IN_FLIGHT));
+        assert!(message.starts_with("KEDA 2.21.0 (read from the schema of KEDA's CRDs) counts"), "{message}");
+
+        let on_2_20 =
+            plan(&deployment, &Ok(Policy::default()), &token("pat"), seen(Some(KedaVersion::V2_20_0)), &[], RESYNC);
+        let (counted, reason, message) = busy(&on_2_20);
+        assert_eq!((counted, reason), (false, REASON_KEDA_DROPS_BUSY_AGENTS));
+        assert!(
+            message.contains("spec.mode: Job") && message.contains("KEDA 2.21.0 or later"),
+            "the two ways out: {message}"
+        );
+
+        let job = target(&["10.1.2.3"]).with_mode("Job");
+        let jobs = plan(&job, &Ok(Policy::default()), &token("pat"), seen(Some(KedaVersion::V2_20_0)), &[], RESYNC);
+        assert!(busy(&jobs).0);
+        assert_eq!(busy(&jobs).1, REASON_JOB_MODE);
+    }
+
+    #[test]
+    fn an_unknown_keda_release_is_taken_for_2_20_and_said_so_and_the_policy_pin_wins() {
+        let deployment = target(&["10.1.2.3"]);
+        let unknown = plan(&deployment, &Ok(Policy::default()), &token("pat"), seen(None), &[], RESYNC);
+        let (counted, reason, message) = busy(&unknown);
+        assert_eq!((counted, reason), (false, REASON_KEDA_DROPS_BUSY_AGENTS));
+        assert!(message.contains("KEDA 2.20.0, assumed") && message.contains("pin keda.version"), "{message}");
+        let scaled = unknown.children.as_ref().and_then(Children::scaled_object).expect("a ScaledObject");
+        assert!(!scaled.spec.triggers[0].metadata.contains_key("scaleOnInFlight"), "nothing 2.20 does not read");
+
+        let mut pinned = Policy::default();
+        pinned.keda.version = Some(KedaVersion::V2_21_0);
+        let with_pin = plan(&deployment, &Ok(pinned), &token("pat"), seen(Some(KedaVersion::V2_20_0)), &[], RESYNC);
+        let (counted, _, message) = busy(&with_pin);
+        assert!(counted && message.contains("pinned by the policy's keda.version"), "{message}");
+    }
+
+    #[test]
+    fn a_tenant_turning_scale_on_in_flight_off_is_reported_and_no_keda_means_no_condition() {
+        let off = target(&["10.1.2.3"]).with_trigger_meta("scaleOnInFlight", "false");
+        let planned = plan(&off, &Ok(Policy::default()), &token("pat"), seen(Some(KedaVersion::V2_21_0)), &[], RESYNC);
+        assert_eq!(busy(&planned).1, REASON_SCALE_ON_IN_FLIGHT_DISABLED);
+        let without = plan(&off, &Ok(Policy::default()), &token("pat"), KedaSeen::default(), &[], RESYNC);
+        assert_eq!(without.busy_agents, BusyAgents::Absent);
+        let invalid = plan(&target(&["10.0.0.0/8"]), &Ok(Policy::default()), &token("pat"), KEDA, &[], RESYNC);
+        assert_eq!(invalid.busy_agents, BusyAgents::Unchanged, "nothing rendered: the condition stays");
+    }
 }
