@@ -58,7 +58,8 @@ fn the_rendered_example_repository_is_accepted_by_the_real_apiserver() {
     };
     let ns = namespace(cluster, "examples");
     // Everything `render` turns the example repository into: the tenant's documents (the seed's
-    // legacy CDTarget written out as cdtarget.io/v1alpha1) and the four children of each CDTarget.
+    // legacy CDTarget written out as cdtarget.io/v1alpha1) and the children of each CDTarget: three
+    // in Deployment mode, one (build-jobs) in Job mode.
     let rendered = Command::new(env!("CARGO_BIN_EXE_cdtarget"))
         .args(["render", "examples/tenant-repo", "--policy", "examples/platform/policy.yaml", "--namespace", &ns])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -69,14 +70,15 @@ fn the_rendered_example_repository_is_accepted_by_the_real_apiserver() {
     file.write_all(&rendered.stdout).expect("write the rendered set");
     let applied =
         cluster.kubectl(&["apply", "--validate=strict", "-f", file.path().to_str().expect("UTF-8 path")]).success();
-    for kind in [
-        "cdtarget.cdtarget.io",
-        "networkpolicy.networking.k8s.io",
-        "deployment.apps",
-        "scaledobject.keda.sh",
-        "triggerauthentication.keda.sh",
+    for (kind, count) in [
+        ("cdtarget.cdtarget.io", 4),
+        ("networkpolicy.networking.k8s.io", 4),
+        ("triggerauthentication.keda.sh", 4),
+        ("deployment.apps", 3),
+        ("scaledobject.keda.sh", 3),
+        ("scaledjob.keda.sh", 1),
     ] {
-        assert_eq!(applied.matches(&format!("{kind}/")).count(), 3, "three of {kind} expected:\n{applied}");
+        assert_eq!(applied.matches(&format!("{kind}/")).count(), count, "{count} of {kind} expected:\n{applied}");
     }
     assert!(applied.contains("configmap/pipeline-settings created"), "{applied}");
 }
