@@ -20,12 +20,13 @@ use std::borrow::Cow;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::api::conditions::{
-    self as vocabulary, APPLIED, COMMIT_STATUS_POSTED, READY, REASON_AGENTS_NOT_AVAILABLE, REASON_API_ERROR,
-    REASON_APPLIED, REASON_APPLY_FAILED, REASON_CONFIG_MAP_NOT_ALLOWED, REASON_HEALTH_CHECK_FAILED,
-    REASON_HEALTH_CHECK_PENDING, REASON_INVALID_POLICY, REASON_INVALID_SPEC, REASON_KEDA_NOT_INSTALLED,
-    REASON_NAME_CONFLICT, REASON_POSTED, REASON_PRUNE_FAILED, REASON_ROLLOUT_FAILED, REASON_SCALED_OBJECT_NOT_READY,
-    REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND, REASON_SUCCEEDED, REASON_SUSPENDED, REASON_SYNCED,
-    REASON_VALIDATION_FAILED, RECONCILING, SOURCE_READY, STALLED,
+    self as vocabulary, APPLIED, BUSY_AGENTS_COUNTED, COMMIT_STATUS_POSTED, READY, REASON_AGENT_JOBS_FAILING,
+    REASON_AGENTS_NOT_AVAILABLE, REASON_API_ERROR, REASON_APPLIED, REASON_APPLY_FAILED, REASON_CONFIG_MAP_NOT_ALLOWED,
+    REASON_HEALTH_CHECK_FAILED, REASON_HEALTH_CHECK_PENDING, REASON_INVALID_POLICY, REASON_INVALID_SPEC,
+    REASON_JOB_MODE, REASON_KEDA_DROPS_BUSY_AGENTS, REASON_KEDA_NOT_INSTALLED, REASON_NAME_CONFLICT, REASON_POSTED,
+    REASON_PRUNE_FAILED, REASON_ROLLOUT_FAILED, REASON_SCALE_ON_IN_FLIGHT, REASON_SCALE_ON_IN_FLIGHT_DISABLED,
+    REASON_SCALED_JOB_NOT_READY, REASON_SCALED_OBJECT_NOT_READY, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
+    REASON_SUCCEEDED, REASON_SUSPENDED, REASON_SYNCED, REASON_VALIDATION_FAILED, RECONCILING, SOURCE_READY, STALLED,
 };
 use crate::problem::Problem;
 use crate::source::FailureKind;
@@ -97,6 +98,8 @@ const CDTARGET_THEIRS: &[&str] = &[
     REASON_AGENTS_NOT_AVAILABLE,
     REASON_SCALED_OBJECT_NOT_READY,
     REASON_ROLLOUT_FAILED,
+    REASON_SCALED_JOB_NOT_READY,
+    REASON_AGENT_JOBS_FAILING,
     REASON_INVALID_SPEC,
     REASON_SECRET_NOT_FOUND,
     REASON_NAME_CONFLICT,
@@ -106,8 +109,19 @@ const CDTARGET_THEIRS: &[&str] = &[
 
 /// The allow-list of a CDTarget: by condition type, the reasons whose message the tenant reads
 /// as it is.
-const CDTARGET: &[(&str, &[&str])] =
-    &[(READY, CDTARGET_THEIRS), (RECONCILING, CDTARGET_THEIRS), (STALLED, CDTARGET_THEIRS), (APPLIED, CDTARGET_THEIRS)];
+const CDTARGET: &[(&str, &[&str])] = &[
+    (READY, CDTARGET_THEIRS),
+    (RECONCILING, CDTARGET_THEIRS),
+    (STALLED, CDTARGET_THEIRS),
+    (APPLIED, CDTARGET_THEIRS),
+    (BUSY_AGENTS_COUNTED, BUSY_AGENTS_THEIRS),
+];
+
+/// `BusyAgentsCounted` says what the KEDA release does to the tenant's agents and how to avoid
+/// it (their `spec.mode`, their `triggerMeta`); the release it names is what API discovery shows
+/// every tenant anyway.
+const BUSY_AGENTS_THEIRS: &[&str] =
+    &[REASON_JOB_MODE, REASON_SCALE_ON_IN_FLIGHT, REASON_KEDA_DROPS_BUSY_AGENTS, REASON_SCALE_ON_IN_FLIGHT_DISABLED];
 
 /// The allow-list of a registration: by condition type, the reasons whose message the tenant
 /// reads as it is.
@@ -341,6 +355,10 @@ mod tests {
             for kind in [READY, STALLED, RECONCILING, APPLIED] {
                 assert_eq!(for_tenant(Object::CDTarget, kind, reason, theirs), TenantText::Theirs(theirs), "{reason}");
             }
+        }
+        for reason in BUSY_AGENTS_THEIRS {
+            let read = for_tenant(Object::CDTarget, BUSY_AGENTS_COUNTED, reason, theirs);
+            assert_eq!(read, TenantText::Theirs(theirs), "BusyAgentsCounted {reason}: the risk and the ways out");
         }
         let of_cdtarget = |reason: &str| for_tenant(Object::CDTarget, READY, reason, PLATFORM_DETAIL);
         assert_eq!(of_cdtarget(REASON_INVALID_POLICY), TenantText::Fixed(PLATFORM_CONFIGURATION));

@@ -97,14 +97,8 @@ pub fn health(observed: &Observed, min_replicas: i32, keda: bool) -> Agents {
         return waiting(REASON_AGENTS_NOT_AVAILABLE, format!("Deployment {name} does not exist yet"));
     };
     let int = |pointer: &str| deployment.pointer(pointer).and_then(Value::as_i64);
-    let condition = |type_: &str| {
-        deployment
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|list| list.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(type_)).cloned())
-    };
-    let field = |c: &Value, name: &str| c.get(name).and_then(Value::as_str).unwrap_or_default().to_owned();
-    if let Some(progressing) = condition("Progressing")
+    let field = text;
+    if let Some(progressing) = condition(deployment, "Progressing")
         && field(&progressing, "status") == "False"
         && field(&progressing, "reason") == "ProgressDeadlineExceeded"
     {
@@ -120,7 +114,7 @@ pub fn health(observed: &Observed, min_replicas: i32, keda: bool) -> Agents {
     }
     let available = int("/status/availableReplicas").unwrap_or(0);
     let wanted = i64::from(min_replicas.max(0));
-    let available_condition = condition("Available").is_some_and(|c| field(&c, "status") == "True");
+    let available_condition = condition(deployment, "Available").is_some_and(|c| field(&c, "status") == "True");
     if available < wanted || (wanted > 0 && !available_condition) {
         return waiting(
             REASON_AGENTS_NOT_AVAILABLE,
@@ -130,21 +124,11 @@ pub fn health(observed: &Observed, min_replicas: i32, keda: bool) -> Agents {
     let agents = format!("{available} agents available, minReplicaCount {wanted} (Deployment {name})");
     if keda {
         let scaled = observed.scaled_object.as_ref();
-        let ready = scaled.and_then(|s| {
-            s.pointer("/status/conditions")
-                .and_then(Value::as_array)?
-                .iter()
-                .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
-                .cloned()
-        });
+        let ready = scaled.and_then(|s| condition(s, "Ready"));
         match ready {
             Some(c) if field(&c, "status") == "True" => {}
             Some(c) => {
-                let why = [field(&c, "reason"), field(&c, "message")]
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(": ");
+                let why = reason_and_message(&c);
                 return waiting(
                     REASON_SCALED_OBJECT_NOT_READY,
                     format!("{agents}, but ScaledObject {name} is not Ready ({why})"),
@@ -197,11 +181,7 @@ pub fn job_health(observed: &Observed, now: Timestamp) -> Agents {
     match condition(scaled_job, "Ready") {
         Some(c) if text(&c, "status") == "True" => {}
         Some(c) => {
-            let why = [text(&c, "reason"), text(&c, "message")]
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(": ");
+            let why = reason_and_message(&c);
             return waiting(REASON_SCALED_JOB_NOT_READY, format!("ScaledJob {name} is not Ready ({why})"));
         }
         None => {
@@ -237,8 +217,7 @@ enum Start {
 
 fn start_of(job: &Value, now: Timestamp) -> Option<Start> {
     if let Some(c) = condition(job, "Failed").filter(|c| text(c, "status") == "True") {
-        let why = [text(&c, "reason"), text(&c, "message")].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>();
-        return Some(Start::Failed(format!("the Job failed ({})", why.join(": "))));
+        return Some(Start::Failed(format!("the Job failed ({})", reason_and_message(&c))));
     }
     if condition(job, "Complete").is_some_and(|c| text(&c, "status") == "True") {
         return Some(Start::Started);
@@ -278,6 +257,11 @@ fn condition(object: &Value, type_: &str) -> Option<Value> {
         .pointer("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|list| list.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(type_)).cloned())
+}
+
+/// A condition's `reason: message`, either left out when empty.
+fn reason_and_message(c: &Value) -> String {
+    [text(c, "reason"), text(c, "message")].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(": ")
 }
 
 fn text(c: &Value, name: &str) -> String {
