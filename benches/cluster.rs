@@ -6,12 +6,22 @@
 //! cargo bench --bench cluster                                     # 1,000 registrations × 10 CDTargets
 //! cargo bench --bench cluster -- --registrations 20 --targets 10
 //! CDTARGET_BENCH_REGISTRATIONS=100 cargo bench --bench cluster
+//! cargo bench --profile dev --bench cluster -- --registrations 20 --targets 10 --mode both
 //! ```
 //!
-//! What it does, in order:
+//! `--mode` (or `CDTARGET_BENCH_MODE`) is the agent mode written into every CDTarget's
+//! `spec.mode`: `deployment` (the default: NetworkPolicy, Deployment, ScaledObject,
+//! TriggerAuthentication), `job` (NetworkPolicy, ScaledJob, TriggerAuthentication; each reconcile
+//! also lists the ScaledJob's agent Jobs), or `both`: the same fleet once per mode, Deployment
+//! first, each on a control plane of its own (one after the other, never at once), then one table
+//! per CDTarget and per window with the ratio Job / Deployment (docs/performance.md, "Job mode
+//! beside Deployment mode").
+//!
+//! What it does, in order, per mode:
 //!
 //! 1. generates one repository per registration (`--targets` CDTargets in files of five under
-//!    `deploy/`, as `benches/controller.rs` does) and serves them all with one `git daemon`;
+//!    `deploy/`, as `benches/controller.rs` does, with `spec.mode`) and serves them all with one
+//!    `git daemon`;
 //! 2. starts a control plane of its own and installs `deploy/` and KEDA's CRDs with the kit of the
 //!    cluster tests (`tests/common/cluster.rs`: `install`, i.e. `kubectl apply -k deploy/`);
 //! 3. onboards every tenant with one multi-document `kubectl apply --server-side -f`: per tenant
@@ -21,27 +31,37 @@
 //! 4. starts `cdtarget controller` as a process with a token of deploy/'s ServiceAccount
 //!    (`Controller::start`), with the environment `deploy/deployment.yaml` gives it
 //!    (`MALLOC_ARENA_MAX=2`, the Git budgets);
-//! 5. **first pass**: waits (watches of the CDTargets and of the four child kinds, as the admin)
-//!    until every CDTarget has its NetworkPolicy, Deployment, ScaledObject and
-//!    TriggerAuthentication and a status for its generation, then until the audit log holds the
-//!    status write of every CDTarget; then until the controller goes quiet (no request but
-//!    watches and Lease renewals for 5 s, at most 60 s);
+//! 5. **first pass**: waits (watches of the CDTargets and of the five child kinds, as the admin)
+//!    until every CDTarget has exactly the children of its mode (above) and a `Ready` condition
+//!    for its generation, then until the audit log holds the status write of every CDTarget; then
+//!    until the controller goes quiet (no request but watches and Lease renewals for 5 s, at most
+//!    60 s). `Ready` is `False` in both modes: no KEDA operator runs, so neither a ScaledObject nor
+//!    a ScaledJob ever becomes Ready (reasons `AgentsNotAvailable`, `ScaledJobNotReady`), and
+//!    kube-controller-manager runs without the Deployment controller; the bench waits for a
+//!    condition that describes the generation, whatever it says;
 //! 6. **no-op poll**: `cdtarget.io/requestedAt` on every registration (`kubectl annotate --all`),
 //!    until the audit log shows each registration's drift reads (a GET of each of its CDTargets,
 //!    as its tenant: the last reads of an unchanged poll) and each registration's status write
 //!    recording the request it handled (`status.lastHandledReconcileAt`);
 //! 7. **no-op re-render**: the policy ConfigMap created with the documented defaults written out
 //!    (`policy.yaml: {}`), which makes both controllers reconcile everything again, until the
-//!    audit log shows every registration's drift reads and every CDTarget's read of its
-//!    ScaledObject (the last request of a CDTarget reconcile that changes nothing).
+//!    audit log shows every registration's drift reads and every CDTarget's last request of a
+//!    reconcile that changes nothing (Deployment mode: the read of its ScaledObject; Job mode: the
+//!    LIST of its agent Jobs).
 //!
 //! For each window it prints the controller's requests from the audit log by verb and resource
 //! (SubjectAccessReview creates and Lease renewals apart from the writes), the reconciles and Git
 //! fetches from the controller's `/metrics`, and the CPU time of kube-apiserver, etcd and the
 //! controller (`utime + stime` from `/proc/<pid>/stat`, before and after). The controller's
-//! resident set is sampled every second and its peak (`VmHWM`) read at the end. Nothing here
-//! asserts on time; it prints the figures, the goals, and the ratios to the fake-server figures of
-//! `benches/controller.rs` where they are the same quantity.
+//! resident set is sampled every second and its peak (`VmHWM`) read at the end. At the end of
+//! each run it counts the objects the fleet left: the controller's children by kind (from the
+//! watches), and the ReplicaSets, Pods and Jobs in the tenants' namespaces (none: no workload
+//! controller and no KEDA operator runs, so KEDA's agent Jobs are neither made nor counted).
+//! Then, for every mode run, per CDTarget and per window: children, reconciles, the controller's
+//! requests by verb and resource and in total, other clients' requests and CPU, side by side with
+//! the ratio Job / Deployment under `--mode both`. Nothing here asserts on time; it prints the
+//! figures, the goals, and the ratios to the fake-server figures of `benches/controller.rs` where
+//! they are the same quantity (Deployment mode at 1,000 × 10 only).
 
 #[path = "support/args.rs"]
 mod args;
@@ -67,13 +87,16 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cdtarget::api::CDTarget;
-use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::keda::{ScaledJob, ScaledObject, TriggerAuthentication};
+use cdtarget::api::{AgentMode, CDTarget};
 use futures::stream::BoxStream;
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::ListParams;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
@@ -132,11 +155,40 @@ fn main() {
     }
 }
 
-/// The size of the fleet.
+/// The size of the fleet and the agent modes to run it in.
 #[derive(Clone, Copy)]
 struct Options {
     registrations: usize,
     targets: usize,
+    modes: Modes,
+}
+
+/// Which agent mode the fleet's CDTargets are in (`--mode`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Modes {
+    /// Every CDTarget in this mode (`deployment`, the default, or `job`).
+    One(AgentMode),
+    /// The same fleet once per mode, each on a control plane of its own, printed side by side.
+    Both,
+}
+
+impl Modes {
+    fn parse(text: &str) -> Modes {
+        match text {
+            "deployment" | "Deployment" => Modes::One(AgentMode::Deployment),
+            "job" | "Job" => Modes::One(AgentMode::Job),
+            "both" => Modes::Both,
+            other => usage(&format!("--mode `{other}`: expected deployment, job or both")),
+        }
+    }
+
+    /// The modes to run, in order: Deployment first, so that a ratio reads Job / Deployment.
+    fn list(self) -> Vec<AgentMode> {
+        match self {
+            Modes::One(mode) => vec![mode],
+            Modes::Both => vec![AgentMode::Deployment, AgentMode::Job],
+        }
+    }
 }
 
 impl Options {
@@ -145,6 +197,7 @@ impl Options {
         let mut options = Options {
             registrations: env_num("CDTARGET_BENCH_REGISTRATIONS", 1_000),
             targets: env_num("CDTARGET_BENCH_TARGETS", 10),
+            modes: env::var("CDTARGET_BENCH_MODE").map_or(Modes::One(AgentMode::Deployment), |v| Modes::parse(&v)),
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -153,6 +206,7 @@ impl Options {
                 "--bench" => {} // passed by `cargo bench`
                 "--registrations" => options.registrations = number(&value()),
                 "--targets" => options.targets = number(&value()),
+                "--mode" => options.modes = Modes::parse(&value()),
                 other if other.starts_with('-') => usage(&format!("unknown option {other}")),
                 _ => {} // a name filter given to `cargo bench`: there is only one benchmark
             }
@@ -164,9 +218,10 @@ impl Options {
         self.registrations * self.targets
     }
 
-    /// The shape `benches/controller.rs` was measured at.
-    fn is_fake_shape(&self) -> bool {
-        self.registrations == 1_000 && self.targets == 10
+    /// The shape `benches/controller.rs` was measured at (in Deployment mode, the only one it
+    /// knows).
+    fn is_fake_shape(&self, mode: AgentMode) -> bool {
+        self.registrations == 1_000 && self.targets == 10 && mode == AgentMode::Deployment
     }
 }
 
@@ -175,15 +230,22 @@ fn number(text: &str) -> usize {
 }
 
 fn usage(message: &str) -> ! {
-    eprintln!("cluster bench: {message}\nusage: cargo bench --bench cluster -- [--registrations 1000] [--targets 10]");
+    eprintln!(
+        "cluster bench: {message}\nusage: cargo bench --bench cluster -- [--registrations 1000] [--targets 10] [--mode deployment|job|both]"
+    );
     std::process::exit(2)
 }
 
 // === the run ===
 
 fn run(options: Options, deployment_env: &[(String, String)]) -> Result<(), String> {
-    let Options { registrations, targets } = options;
-    println!("cluster bench: {registrations} registrations × {targets} CDTargets on a real API server");
+    let Options { registrations, targets, modes } = options;
+    let modes = modes.list();
+    let named: Vec<&str> = modes.iter().map(|mode| mode.as_str()).collect();
+    println!(
+        "cluster bench: {registrations} registrations × {targets} CDTargets on a real API server, mode {}",
+        named.join(", then ")
+    );
     print_machine();
     let bench = "cluster bench";
     if find_on_path("kubectl").is_none() {
@@ -196,14 +258,36 @@ fn run(options: Options, deployment_env: &[(String, String)]) -> Result<(), Stri
         let _ = skip_or_fail::<()>(bench, Err(HarnessError::Unavailable(why)));
         return Ok(());
     }
+    println!("  controller environment from deploy/deployment.yaml: {}", deployment::describe(deployment_env));
 
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let mut reports = Vec::new();
+    for mode in modes {
+        println!();
+        println!("=== spec.mode: {mode} ===");
+        let Some(report) = run_mode(&runtime, options, mode)? else { return Ok(()) };
+        reports.push(report);
+    }
+    println!();
+    print_per_target(&reports, options);
+    Ok(())
+}
+
+/// One run of the fleet in `mode`, on a control plane of its own; `None` when the control plane
+/// cannot start here (skipped, said so).
+fn run_mode(runtime: &tokio::runtime::Runtime, options: Options, mode: AgentMode) -> Result<Option<Report>, String> {
+    let Options { registrations, .. } = options;
+    let (bench, keda) = ("cluster bench", keda_crds_dir());
     let started = Instant::now();
     let upstream = Upstream::new();
-    fleet::generate(&upstream, options.registrations, options.targets);
-    println!("  generated {registrations} repositories in {:.1} s", started.elapsed().as_secs_f64());
+    fleet::generate(&upstream, options.registrations, options.targets, Some(mode));
+    println!(
+        "  generated {registrations} repositories (spec.mode: {mode}) in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     let daemon = GitDaemon::start(&upstream.root());
 
-    let Some(cluster) = skip_or_fail(bench, ControlPlane::start()) else { return Ok(()) };
+    let Some(cluster) = skip_or_fail(bench, ControlPlane::start()) else { return Ok(None) };
     let started = Instant::now();
     install(&cluster, &keda);
     println!("  installed deploy/ and KEDA's CRDs in {:.1} s", started.elapsed().as_secs_f64());
@@ -213,15 +297,14 @@ fn run(options: Options, deployment_env: &[(String, String)]) -> Result<(), Stri
         "  onboarded {registrations} tenants ({objects} objects, one kubectl apply) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    println!("  controller environment from deploy/deployment.yaml: {}", deployment::describe(deployment_env));
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let result = runtime.block_on(measure(&cluster, options));
+    let result = runtime.block_on(measure(&cluster, options, mode));
     println!("  git daemon connections: {}", daemon.connections());
-    // The controller is gone (dropped in `measure`); the daemon, then the control plane.
+    // The controller is gone (dropped in `measure`); the daemon, then the control plane, before
+    // the next mode starts its own.
     drop(daemon);
     drop(cluster);
-    result
+    result.map(Some)
 }
 
 /// Machine, control-plane pin and controller build.
@@ -294,7 +377,7 @@ fn onboard(cluster: &ControlPlane, daemon: &GitDaemon, registrations: usize) -> 
 
 // === the measurement ===
 
-async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String> {
+async fn measure(cluster: &ControlPlane, options: Options, mode: AgentMode) -> Result<Report, String> {
     let client = cluster.admin_client().await;
     let version = client.apiserver_version().await.map_err(|e| format!("GET /version: {e}"))?;
     println!(
@@ -317,14 +400,15 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
 
     // 1. The first pass.
     let mut first = FirstPass::default();
-    let converging = converge(client.clone(), options, started, exited, &memory, &mut audit, &mut first);
+    let expected = ChildKinds::of(mode);
+    let converging = converge(client.clone(), options, expected, started, exited, &memory, &mut audit, &mut first);
     let outcome = tokio::time::timeout(CONVERGE_WITHIN, converging).await;
     let converged_at = started.elapsed();
-    match outcome {
-        Ok(Ok(())) => {}
+    let children = match outcome {
+        Ok(Ok(children)) => children,
         Ok(Err(why)) => return Err(format!("{why}\n{}", log_tail(controller.log()))),
         Err(_) => return Err(format!("not converged within {CONVERGE_WITHIN:?}\n{}", log_tail(controller.log()))),
-    }
+    };
     let logged = tokio::task::block_in_place(|| {
         audit.until(Duration::from_secs(120), |audit| {
             audit.read_new(|event| first.add(event));
@@ -344,13 +428,20 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     let first_metrics = scrape(metrics_address).await;
     let memory_after_first = format!("{}; {}", memory.lock().unwrap().describe(), resident(pid));
     println!();
+    let first_usage = before.until(&after_first);
+    let first_reconciles = Metrics::default().delta(&first_metrics);
     report_window(
-        "first pass: controller start → every CDTarget has its four children and its status",
+        &format!(
+            "first pass: controller start → every CDTarget has its {} children ({}) and its status",
+            expected.names().len(),
+            expected.names().join(", ")
+        ),
         &first,
         converged_at,
-        &before.until(&after_first),
-        &Metrics::default().delta(&first_metrics),
+        &first_usage,
+        &first_reconciles,
         options,
+        mode,
     );
     println!("    controller memory: {memory_after_first}");
 
@@ -375,6 +466,7 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
         &after_first.until(&settled),
         &first_metrics.delta(&settled_metrics),
         options,
+        mode,
     );
 
     // 3. The no-op poll of every registration.
@@ -391,13 +483,16 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     let polled_usage = Usage::now(apiserver, etcd, Some(pid));
     let polled_metrics = scrape(metrics_address).await;
     println!();
+    let poll_usage = settled.until(&polled_usage);
+    let poll_reconciles = settled_metrics.delta(&polled_metrics);
     report_window(
         "no-op poll: `cdtarget.io/requestedAt` on every registration (kubectl annotate --all; each request handled is recorded in one status write) → every registration's drift reads",
         &poll,
         poll_wall,
-        &settled.until(&polled_usage),
-        &settled_metrics.delta(&polled_metrics),
+        &poll_usage,
+        &poll_reconciles,
         options,
+        mode,
     );
 
     // 4. The no-op re-render of everything.
@@ -415,14 +510,21 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     let rendered_usage = Usage::now(apiserver, etcd, Some(pid));
     let rendered_metrics = scrape(metrics_address).await;
     println!();
+    let render_usage = polled_usage.until(&rendered_usage);
+    let render_reconciles = polled_metrics.delta(&rendered_metrics);
     report_window(
-        "no-op re-render: the policy ConfigMap created with the defaults written out (`policy.yaml: {}`) → every registration's drift reads and every CDTarget's child reads",
+        "no-op re-render: the policy ConfigMap created with the defaults written out (`policy.yaml: {}`) → every registration's drift reads and every CDTarget's last read (Deployment mode: its ScaledObject; Job mode: the LIST of its agent Jobs)",
         &render,
         render_wall,
-        &polled_usage.until(&rendered_usage),
-        &polled_metrics.delta(&rendered_metrics),
+        &render_usage,
+        &render_reconciles,
         options,
+        mode,
     );
+
+    // What the fleet left in the cluster: the children (watched above), and what other
+    // controllers made of them (nothing: none runs).
+    let derived = derived_objects(&client).await;
 
     // 5. Memory, then the summary.
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -446,7 +548,7 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
         load_average()
     );
     println!("    time to converge: {:.1} s", converged_at.as_secs_f64());
-    if options.is_fake_shape() {
+    if options.is_fake_shape(mode) {
         println!(
             "      {:.1}x the fake API server's first pass ({:.1} s, benches/controller.rs: reconcilers called directly, 16 at a time)",
             converged_at.as_secs_f64() / fake::FIRST_PASS_S,
@@ -481,8 +583,37 @@ async fn measure(cluster: &ControlPlane, options: Options) -> Result<(), String>
     }
     println!("    reconcile failures in the controller's log: {failures}");
     println!("    peak memory of kube-apiserver {}, etcd {}", server_memory(apiserver), server_memory(etcd));
+    let derived_line: Vec<String> = derived.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+    let children_line: Vec<String> = children.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+    println!(
+        "    objects: the controller's children {}; made of them by other controllers (none runs here: no Deployment, ReplicaSet or Job controller, no KEDA operator) {}",
+        children_line.join(", "),
+        derived_line.join(", ")
+    );
     controller.kill();
-    Ok(())
+    Ok(Report {
+        mode,
+        children,
+        derived,
+        peak_mib: peak,
+        windows: vec![
+            Measured {
+                name: "first pass",
+                window: first,
+                wall: converged_at,
+                usage: first_usage,
+                metrics: first_reconciles,
+            },
+            Measured { name: "no-op poll", window: poll, wall: poll_wall, usage: poll_usage, metrics: poll_reconciles },
+            Measured {
+                name: "no-op re-render",
+                window: render,
+                wall: render_wall,
+                usage: render_usage,
+                metrics: render_reconciles,
+            },
+        ],
+    })
 }
 
 /// Runs `trigger`, then reads the audit log until the controller's reads say `done`: the requests
@@ -512,26 +643,31 @@ fn no_op_window(
     Ok((window, started.elapsed()))
 }
 
-/// Waits until every expected CDTarget has its four children and a status for its generation, as
-/// seen by watches of the admin, printing progress at every tenth.
+/// Waits until every expected CDTarget has the children of its mode (`expected`) and a status for
+/// its generation, as seen by watches of the admin, printing progress at every tenth; the
+/// children then present, by kind.
+#[allow(clippy::too_many_arguments)] // the run's state, passed once
 async fn converge(
     client: Client,
     options: Options,
+    expected_children: ChildKinds,
     started: Instant,
     mut exited: tokio::sync::watch::Receiver<bool>,
     memory: &Arc<Mutex<Memory>>,
     audit: &mut AuditTail,
     first: &mut FirstPass,
-) -> Result<(), String> {
+) -> Result<BTreeMap<&'static str, usize>, String> {
     let expected = options.cdtargets();
+    // Every kind in either mode: a child of the other mode would show as one too many.
     let mut changes = futures::stream::select_all([
         targets(&client),
         children::<NetworkPolicy>(&client, NETWORK_POLICY),
         children::<Deployment>(&client, DEPLOYMENT),
         children::<ScaledObject>(&client, SCALED_OBJECT),
+        children::<ScaledJob>(&client, SCALED_JOB),
         children::<TriggerAuthentication>(&client, TRIGGER_AUTHENTICATION),
     ]);
-    let mut fleet = Fleet::default();
+    let mut fleet = Fleet { expected: expected_children, ..Fleet::default() };
     let mut reported = 0;
     let mut all_applied = false;
     loop {
@@ -574,7 +710,7 @@ async fn converge(
         if fleet.converged >= expected {
             let reasons: Vec<String> = fleet.reasons().into_iter().map(|(r, n)| format!("{r} ×{n}")).collect();
             println!("    status of the CDTargets: {}", reasons.join(", "));
-            return Ok(());
+            return Ok(fleet.children());
         }
     }
 }
@@ -582,6 +718,8 @@ async fn converge(
 /// What converging is judged on, per CDTarget (`namespace`, `name`).
 #[derive(Default)]
 struct Fleet {
+    /// The children every CDTarget has once converged.
+    expected: ChildKinds,
     targets: HashMap<(String, String), Target>,
     existing: usize,
     converged: usize,
@@ -597,8 +735,8 @@ struct Target {
 }
 
 impl Target {
-    fn converged(&self) -> bool {
-        self.exists && self.ready.is_some() && self.children == ALL_CHILDREN
+    fn converged(&self, expected: ChildKinds) -> bool {
+        self.exists && self.ready.is_some() && self.children == expected.0
     }
 }
 
@@ -606,7 +744,34 @@ const NETWORK_POLICY: u8 = 1;
 const DEPLOYMENT: u8 = 2;
 const SCALED_OBJECT: u8 = 4;
 const TRIGGER_AUTHENTICATION: u8 = 8;
-const ALL_CHILDREN: u8 = NETWORK_POLICY | DEPLOYMENT | SCALED_OBJECT | TRIGGER_AUTHENTICATION;
+const SCALED_JOB: u8 = 16;
+/// Each child kind's bit and name, in the order of application.
+const CHILD_KINDS: [(u8, &str); 5] = [
+    (TRIGGER_AUTHENTICATION, "TriggerAuthentication"),
+    (NETWORK_POLICY, "NetworkPolicy"),
+    (DEPLOYMENT, "Deployment"),
+    (SCALED_OBJECT, "ScaledObject"),
+    (SCALED_JOB, "ScaledJob"),
+];
+
+/// A set of child kinds, one bit each.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct ChildKinds(u8);
+
+impl ChildKinds {
+    /// The children of a CDTarget in `mode` (docs/agents.md): KEDA's ScaledJob in Job mode where
+    /// Deployment mode has a Deployment and its ScaledObject.
+    fn of(mode: AgentMode) -> ChildKinds {
+        ChildKinds(match mode {
+            AgentMode::Deployment => NETWORK_POLICY | DEPLOYMENT | SCALED_OBJECT | TRIGGER_AUTHENTICATION,
+            AgentMode::Job => NETWORK_POLICY | SCALED_JOB | TRIGGER_AUTHENTICATION,
+        })
+    }
+
+    fn names(self) -> Vec<&'static str> {
+        CHILD_KINDS.iter().filter(|(bit, _)| self.0 & bit != 0).map(|(_, name)| *name).collect()
+    }
+}
 
 /// One thing a watch saw.
 enum Change {
@@ -622,7 +787,7 @@ impl Fleet {
             Change::Target(key, _) | Change::Child(key, _, _) => key.clone(),
         };
         let target = self.targets.entry(key).or_default();
-        let (existed, was) = (target.exists, target.converged());
+        let (existed, was) = (target.exists, target.converged(self.expected));
         match change {
             Change::Target(_, seen) => {
                 target.exists = seen.is_some();
@@ -632,7 +797,15 @@ impl Fleet {
             Change::Child(_, bit, false) => target.children &= !bit,
         }
         self.existing = self.existing + usize::from(target.exists) - usize::from(existed);
-        self.converged = self.converged + usize::from(target.converged()) - usize::from(was);
+        self.converged = self.converged + usize::from(target.converged(self.expected)) - usize::from(was);
+    }
+
+    /// The children present, by kind (every kind either mode has, 0 where none).
+    fn children(&self) -> BTreeMap<&'static str, usize> {
+        CHILD_KINDS
+            .iter()
+            .map(|(bit, name)| (*name, self.targets.values().filter(|target| target.children & bit != 0).count()))
+            .collect()
     }
 
     fn reasons(&self) -> BTreeMap<String, usize> {
@@ -755,8 +928,9 @@ impl FirstPass {
 }
 
 /// The requests that end an unchanged reconcile, counted as the audit log shows them: per
-/// registration its drift reads (GETs of its CDTargets as its tenant), per CDTarget the read of
-/// its last child (the ScaledObject).
+/// registration its drift reads (GETs of its CDTargets as its tenant), per CDTarget its last read
+/// (Deployment mode: the GET of its ScaledObject; Job mode: the LIST of its ScaledJob's agent
+/// Jobs by KEDA's label, which follows the child reads).
 #[derive(Default)]
 struct DriftReads {
     registrations: HashMap<String, HashSet<String>>,
@@ -772,6 +946,12 @@ impl DriftReads {
         }
         if event.verb == "patch" && event.resource == "tenantrepositories" && event.subresource == "status" {
             self.recorded.insert(event.name.clone());
+        }
+        if event.verb == "list" && event.resource == "jobs" {
+            if let Some(scaled_job) = scaled_job_selected(&event.uri) {
+                self.targets.insert((event.namespace.clone(), scaled_job));
+            }
+            return;
         }
         if event.verb != "get" {
             return;
@@ -809,6 +989,43 @@ impl DriftReads {
     }
 }
 
+/// The ScaledJob a LIST of Jobs selects by KEDA's label (`labelSelector=scaledjob.keda.sh/name=N`,
+/// percent-encoded in the request URI), if that is its selector.
+fn scaled_job_selected(uri: &str) -> Option<String> {
+    let (_, query) = uri.split_once('?')?;
+    let selector = query.split('&').find_map(|pair| pair.strip_prefix("labelSelector="))?;
+    percent_decoded(selector).strip_prefix("scaledjob.keda.sh/name=").map(str::to_owned)
+}
+
+/// `text` with its `%XX` escapes (and `+` for a space) decoded; an invalid escape is kept as it
+/// is.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (bytes[i], escaped) {
+            (_, Some(byte)) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            (b'+', None) => {
+                decoded.push(b' ');
+                i += 1;
+            }
+            (byte, None) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
 // === the audit log ===
 
 /// Who in the controller sent a request, as far as the audit log tells.
@@ -818,7 +1035,7 @@ enum Sender {
     /// registration's status, Events and Secrets in the platform namespace.
     Registrations,
     /// The CDTarget reconciler: children, status, referenced Secrets, SubjectAccessReviews,
-    /// Events in tenant namespaces.
+    /// Events in tenant namespaces, and in Job mode the LIST of a ScaledJob's agent Jobs.
     Targets,
     /// Lists and watches (the reflectors' and the CDTarget reconciler's periodic list of the
     /// registrations).
@@ -837,6 +1054,8 @@ impl Sender {
             return Sender::Registrations;
         }
         match (event.verb.as_str(), event.resource.as_str()) {
+            // Job mode: each reconcile lists its ScaledJob's agent Jobs (never watched).
+            ("list", "jobs") => Sender::Targets,
             ("list" | "watch", _) => Sender::ListsAndWatches,
             (_, "") => Sender::Discovery,
             (_, "leases") => Sender::Election,
@@ -851,6 +1070,7 @@ impl Sender {
                 | "deployments"
                 | "networkpolicies"
                 | "scaledobjects"
+                | "scaledjobs"
                 | "triggerauthentications",
             ) => Sender::Targets,
             _ => Sender::Other,
@@ -939,6 +1159,7 @@ fn report_window(
     usage: &UsageDelta,
     metrics: &Metrics,
     options: Options,
+    mode: AgentMode,
 ) {
     println!("  {title}");
     println!(
@@ -966,7 +1187,10 @@ fn report_window(
         let lines: Vec<String> = metrics.0.iter().map(|(series, n)| format!("{series} +{n}")).collect();
         println!("    from /metrics: {}", lines.join(", "));
     }
-    let fake = if title.starts_with("first pass") {
+    // benches/controller.rs measured Deployment mode only.
+    let fake = if mode == AgentMode::Job {
+        None
+    } else if title.starts_with("first pass") {
         Some((fake::REGISTRATION_FIRST, fake::TARGET_FIRST))
     } else if title.starts_with("no-op") {
         Some((fake::REGISTRATION_NO_OP, fake::TARGET_NO_OP))
@@ -1139,4 +1363,148 @@ fn log_tail(log: &Path) -> String {
     let text = fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     format!("--- controller log (last 40 lines):\n{}", lines[lines.len().saturating_sub(40)..].join("\n"))
+}
+
+// === per CDTarget, mode beside mode ===
+
+/// What one run of the fleet in one mode measured, for the per-CDTarget table.
+struct Report {
+    mode: AgentMode,
+    /// The controller's children present at the end of the first pass, by kind.
+    children: BTreeMap<&'static str, usize>,
+    /// Objects other controllers made of the children, at the end of the run.
+    derived: BTreeMap<&'static str, usize>,
+    /// The controller's `VmHWM`, MiB.
+    peak_mib: Option<f64>,
+    windows: Vec<Measured>,
+}
+
+/// One measured window.
+struct Measured {
+    name: &'static str,
+    window: Window,
+    wall: Duration,
+    usage: UsageDelta,
+    metrics: Metrics,
+}
+
+/// ReplicaSets, Pods and Jobs in the tenants' namespaces (listed as the admin, after the last
+/// window): what other controllers made of the children. None here: the control plane's
+/// kube-controller-manager runs without the Deployment, ReplicaSet and Job controllers, and no
+/// KEDA operator runs, so no agent Job, no HPA; counted to show it, not assumed.
+async fn derived_objects(client: &Client) -> BTreeMap<&'static str, usize> {
+    async fn count<K>(client: &Client) -> usize
+    where
+        K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let api = Api::<PartialObjectMeta<K>>::all(client.clone());
+        match api.list_metadata(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|object| object.metadata.namespace.as_deref().is_some_and(|ns| ns.starts_with("tenant-")))
+                .count(),
+            Err(e) => {
+                eprintln!("  listing {}: {e}", K::plural(&()));
+                0
+            }
+        }
+    }
+    BTreeMap::from([
+        ("ReplicaSet", count::<ReplicaSet>(client).await),
+        ("Pod", count::<Pod>(client).await),
+        ("Job", count::<Job>(client).await),
+    ])
+}
+
+/// Per CDTarget and per window, each mode run in a column, and with two modes the ratio of the
+/// second to the first (Job / Deployment), as a Markdown table.
+fn print_per_target(reports: &[Report], options: Options) {
+    let Some(first) = reports.first() else { return };
+    let cdtargets = options.cdtargets().max(1) as f64;
+    let registrations = options.registrations.max(1) as f64;
+    let modes: Vec<String> = reports.iter().map(|report| format!("{} mode", report.mode)).collect();
+    let ratio_header = match reports {
+        [base, other] => format!(" {} / {} |", other.mode, base.mode),
+        _ => String::new(),
+    };
+    println!(
+        "per CDTarget ({} registrations × {} CDTargets = {} CDTargets; requests from the audit log, reconciles from /metrics)",
+        options.registrations,
+        options.targets,
+        options.cdtargets()
+    );
+    println!();
+    println!("| | {} |{ratio_header}", modes.join(" | "));
+    println!("|---|{}", "--:|".repeat(reports.len() + usize::from(reports.len() == 2)));
+    let row = |label: &str, values: &[f64], decimals: usize| {
+        let cells: Vec<String> = values.iter().map(|v| format!("{v:.decimals$}")).collect();
+        let ratio = match values {
+            [base, other] if *base > 0.0 => format!(" {:.2}x |", other / base),
+            [base, other] if *base == 0.0 && *other == 0.0 => " – |".to_owned(),
+            [_, _] => " (none before) |".to_owned(),
+            _ => String::new(),
+        };
+        println!("| {label} | {} |{ratio}", cells.join(" | "));
+    };
+
+    println!("| **objects** | |{}", if reports.len() == 2 { " |" } else { "" });
+    let kinds: Vec<&str> = first.children.keys().copied().collect();
+    let children: Vec<f64> =
+        reports.iter().map(|report| report.children.values().sum::<usize>() as f64 / cdtargets).collect();
+    row("children per CDTarget (the controller's, kept)", &children, 2);
+    for kind in kinds {
+        let values: Vec<f64> =
+            reports.iter().map(|r| r.children.get(kind).copied().unwrap_or(0) as f64 / cdtargets).collect();
+        row(&format!("  {kind}"), &values, 2);
+    }
+    for kind in first.derived.keys() {
+        let values: Vec<f64> =
+            reports.iter().map(|r| r.derived.get(kind).copied().unwrap_or(0) as f64 / cdtargets).collect();
+        row(&format!("{kind}s made of them (no workload controller, no KEDA operator runs)"), &values, 2);
+    }
+    let peaks: Vec<f64> = reports.iter().map(|r| r.peak_mib.unwrap_or(0.0)).collect();
+    row("controller peak memory (VmHWM), MiB", &peaks, 1);
+
+    for (i, measured) in first.windows.iter().enumerate() {
+        let windows: Vec<&Measured> = reports.iter().filter_map(|r| r.windows.get(i)).collect();
+        println!("| **{}** | |{}", measured.name, if reports.len() == 2 { " |" } else { "" });
+        let of = |f: &dyn Fn(&Measured) -> f64| windows.iter().map(|m| f(m)).collect::<Vec<f64>>();
+        row("wall time, s", &of(&|m| m.wall.as_secs_f64()), 1);
+        row("CDTarget reconciles per CDTarget", &of(&|m| m.metrics.reconciles("CDTarget") as f64 / cdtargets), 2);
+        row(
+            "TenantRepository reconciles per registration",
+            &of(&|m| m.metrics.reconciles("TenantRepository") as f64 / registrations),
+            2,
+        );
+        row("the controller's requests per CDTarget", &of(&|m| m.window.total(None) as f64 / cdtargets), 2);
+        row(
+            "  of which the CDTarget reconciler's",
+            &of(&|m| m.window.total(Some(Sender::Targets)) as f64 / cdtargets),
+            2,
+        );
+        row("  writes (SubjectAccessReviews, Leases apart)", &of(&|m| m.window.writes() as f64 / cdtargets), 2);
+        let mut keys: Vec<(String, String)> = windows
+            .iter()
+            .flat_map(|m| m.window.controller.keys().map(|(_, verb, resource)| (verb.clone(), resource.clone())))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for (verb, resource) in keys {
+            let values = of(&|m| {
+                m.window
+                    .controller
+                    .iter()
+                    .filter(|((_, v, r), _)| *v == verb && *r == resource)
+                    .map(|(_, n)| *n)
+                    .sum::<u64>() as f64
+                    / cdtargets
+            });
+            row(&format!("  {verb} {resource}"), &values, 3);
+        }
+        row("other clients' requests per CDTarget", &of(&|m| m.window.others as f64 / cdtargets), 2);
+        row("kube-apiserver CPU per CDTarget, ms", &of(&|m| m.usage.apiserver * 1000.0 / cdtargets), 1);
+        row("etcd CPU per CDTarget, ms", &of(&|m| m.usage.etcd * 1000.0 / cdtargets), 1);
+        row("controller CPU per CDTarget, ms", &of(&|m| m.usage.controller * 1000.0 / cdtargets), 1);
+    }
 }

@@ -163,7 +163,7 @@ fn run(options: &Options) -> io::Result<()> {
     );
     let started = Instant::now();
     let upstream = Upstream::new();
-    fleet::generate(&upstream, options.shape.registrations, options.shape.targets);
+    fleet::generate(&upstream, options.shape.registrations, options.shape.targets, None);
     println!("  generated {registrations} repositories in {:.1?}", started.elapsed());
     let daemon = GitDaemon::start(&upstream.root());
     let cache = common::test_dir();

@@ -331,7 +331,7 @@ fn generate(upstream: &Upstream, tenants: usize, targets: usize) -> Result<(), S
                         let mut cdtargets = Vec::new();
                         let mut children = Vec::new();
                         for t in 0..targets {
-                            let yaml = fleet::cdtarget_yaml(i, t);
+                            let yaml = fleet::cdtarget_yaml(i, t, None);
                             let mut target: CDTarget =
                                 serde_saphyr::from_str(&yaml).map_err(|e| format!("fleet CDTarget: {e}"))?;
                             target.metadata.namespace = Some(ns.clone());
