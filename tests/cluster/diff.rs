@@ -8,6 +8,7 @@ use std::process::{Output, Stdio};
 use std::time::Instant;
 
 use cdtarget::api::CDTarget;
+use cdtarget::render::ChildKind;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -254,8 +255,30 @@ async fn the_documented_ci_service_account_previews_with_dry_runs_and_cannot_wri
         assert!(!out.output.status.success(), "the CI token could {args:?}");
     }
 
-    // What it is for: the preview, as the caller, with the tenant's rights.
-    let tree = tree(&[("deploy/settings.yaml", CONFIG_MAP), ("deploy/agents.yaml", CDTARGET)]);
+    // What the preview reads to compare children with: every kind of child a CDTarget renders,
+    // in either mode (the table), through the tenant Role or the example's read Role. A refused
+    // read would show a child in place as one to create.
+    for kind in ChildKind::ALL {
+        let resource = kind.resource();
+        let qualified = if resource.group.is_empty() {
+            resource.plural.clone()
+        } else {
+            format!("{}.{}", resource.plural, resource.group)
+        };
+        let answer = cluster.kubectl_as(&ci, &["auth", "can-i", "get", &qualified, "-n", ns]);
+        let answer = String::from_utf8_lossy(&answer.output.stdout).trim().to_owned();
+        assert_eq!(answer, "yes", "may cdtarget-diff get {qualified}?");
+    }
+
+    // What it is for: the preview, as the caller, with the tenant's rights; a Job-mode CDTarget
+    // too.
+    let job_mode =
+        CDTARGET.replace("name: deploy-agents", "name: job-agents").replacen("spec:\n", "spec:\n  mode: Job\n", 1);
+    let tree = tree(&[
+        ("deploy/settings.yaml", CONFIG_MAP),
+        ("deploy/agents.yaml", CDTARGET),
+        ("deploy/jobs.yaml", &job_mode),
+    ]);
     let out = diff(tree.path(), ns, &ci, &["-o", "json"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let entries: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON array");
@@ -267,6 +290,7 @@ async fn the_documented_ci_service_account_previews_with_dry_runs_and_cannot_wri
     assert!(created.contains(&("create", "CDTarget", "server-dry-run")), "{created:?}");
     // Children: the CI account may not write NetworkPolicies, so they are compared client-side.
     assert!(created.contains(&("create", "NetworkPolicy", "client-side")), "{created:?}");
+    assert!(created.contains(&("create", "ScaledJob", "client-side")), "{created:?}");
     let stderr = text(&out.stderr);
     assert!(stderr.contains("dry run as the caller") && stderr.contains("previewed client-side"), "{stderr}");
     // Nothing was written by the preview.

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
-use cdtarget::api::keda::{ScaledObject, TriggerAuthentication};
+use cdtarget::api::keda::{ScaledJob, ScaledObject, TriggerAuthentication};
 use cdtarget::api::{CDTarget, TenantRepository};
 use cdtarget::gitlab::{ROTATE_ANNOTATION, ROTATED_ANNOTATION};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -32,20 +32,16 @@ use crate::webhook::retries;
 
 /// Grants of `deploy/rbac.yaml` that no request of the tour shows, each with why it is needed
 /// and where that is demonstrated. Everything else granted must be used by the tour.
-const NOT_VISIBLE_AS_REQUESTS: [(&str, &str, &str, &str); 4] = [
-    (
-        "keda.sh",
-        "scaledobjects",
-        "delete",
-        "a CDTarget's ScaledObject once KEDA is no longer rendered for (KEDA's CRDs gone, which deletes \
-         every ScaledObject anyway, so the tour cannot show it); demonstrated as the controller's \
-         ServiceAccount by tests/cluster/inventory.rs",
-    ),
+const NOT_VISIBLE_AS_REQUESTS: [(&str, &str, &str, &str); 3] = [
     (
         "keda.sh",
         "triggerauthentications",
         "delete",
-        "a CDTarget's TriggerAuthentication once KEDA is no longer rendered for, as above",
+        "a CDTarget's TriggerAuthentication is rendered in both modes and dropped only once KEDA is \
+         no longer rendered for: once discovery (every 5 minutes) no longer finds KEDA's CRDs, whose \
+         removal deletes every TriggerAuthentication with them, so the controller finds none to \
+         delete (removing one CRD of KEDA's would also take KEDA's kinds from this binary's other \
+         tests); demonstrated as the controller's ServiceAccount by tests/cluster/inventory.rs",
     ),
     (
         "cdtarget.io",
@@ -63,6 +59,11 @@ const NOT_VISIBLE_AS_REQUESTS: [(&str, &str, &str, &str); 4] = [
          blockOwnerDeletion), by OwnerReferencesPermissionEnforcement, as above",
     ),
 ];
+
+/// The OpenAPI v3 document of KEDA's API group, which the controller reads to tell KEDA's
+/// release (src/controller/process/keda.rs): `system:discovery` grants `/openapi/*` to every
+/// authenticated user, and no other document is read.
+const KEDA_SCHEMAS: &str = "/openapi/v3/apis/keda.sh/v1alpha1";
 
 /// Where a grant applies: everywhere (ClusterRole) or in one namespace (Role).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -247,7 +248,7 @@ fn table(grants: &[Grant], uses: &[Use]) -> String {
             .iter()
             .any(|(group, plural, v, _)| qualified(group, plural) == resource && *v == verb);
         let used = if scopes.is_empty() && exempt {
-            "no request shows it (exempt: admission checks it inside a create)".to_owned()
+            "no request shows it (exempt: see NOT_VISIBLE_AS_REQUESTS)".to_owned()
         } else if scopes.is_empty() {
             "not used".to_owned()
         } else {
@@ -279,7 +280,8 @@ fn secrets_digest(deployment: &Deployment) -> Option<String> {
 
 /// Every step of the tour but the GitLab registration: onboarding, the first apply with all four
 /// children, a webhook-triggered sync, a child's drift repaired, the token Secret rotated, then
-/// deleted and created again, and the CDTarget pruned through another delivery.
+/// deleted and created again, the CDTarget switched to Job mode and back, and the CDTarget
+/// pruned through another delivery.
 async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourController) {
     let log = controller.log.as_path();
     let webhook = WebhookSecret::create(cluster);
@@ -342,6 +344,42 @@ async fn tour_of_a_tenant(cluster: &'static ControlPlane, controller: &TourContr
     let token = ["create", "secret", "generic", "azp-token", "-n", &tenant.ns, "--from-literal=AZP_TOKEN=again"];
     cluster.kubectl(&token).success();
     tenant.until::<CDTarget, _>("Ready as before", "deploy-agents", ready_with(reason), log).await;
+
+    // `spec.mode: Job` pushed: a ScaledJob, and the Deployment and ScaledObject deleted by the
+    // controller (their controller owner is the CDTarget); each reconcile lists the agent Jobs
+    // KEDA made (none: no KEDA operator runs here). Then back to Deployment mode: the ScaledJob
+    // deleted. The deletions are the controller's own requests (the garbage collector removes
+    // only the ReplicaSets and pods of a deleted Deployment).
+    let job_mode = CDTARGET.replacen("spec:\n", "spec:\n  mode: Job\n", 1);
+    let pushed = tenant.repo.commit_and_push(&[("deploy/agents.yaml", job_mode)], "job mode");
+    let deliveries = gitlab.emit_push(project, &Push::branch("main", &pushed)).await;
+    assert_eq!(deliveries.iter().map(|d| d.status).collect::<Vec<_>>(), [Some(202)], "{deliveries:#?}");
+    tenant.until::<ScaledJob, _>("the ScaledJob child", "deploy-agents", exists, log).await;
+    tenant.until::<Deployment, _>("the Deployment deleted in Job mode", "deploy-agents", gone, log).await;
+    tenant.until::<ScaledObject, _>("the ScaledObject deleted in Job mode", "deploy-agents", gone, log).await;
+    let pushed = tenant.repo.commit_and_push(&[("deploy/agents.yaml", CDTARGET)], "deployment mode");
+    let deliveries = gitlab.emit_push(project, &Push::branch("main", &pushed)).await;
+    assert_eq!(deliveries.iter().map(|d| d.status).collect::<Vec<_>>(), [Some(202)], "{deliveries:#?}");
+    tenant.until::<ScaledJob, _>("the ScaledJob deleted in Deployment mode", "deploy-agents", gone, log).await;
+    tenant.until::<Deployment, _>("the Deployment child again", "deploy-agents", exists, log).await;
+    tenant.until::<ScaledObject, _>("the ScaledObject child again", "deploy-agents", exists, log).await;
+    let deleted_by_the_controller = |events: &[AuditEvent]| {
+        ["deployments", "scaledobjects", "scaledjobs"].iter().all(|resource| {
+            events.iter().any(|e| {
+                e.user == CONTROLLER_USER
+                    && e.verb == "delete"
+                    && e.full_resource() == *resource
+                    && e.namespace == tenant.ns
+                    && e.name == "deploy-agents"
+                    && e.code == 200
+            })
+        })
+    };
+    cluster.audit_requests_until(
+        AuditMark::START,
+        "the controller's deletions of a mode switch",
+        deleted_by_the_controller,
+    );
 
     // The CDTarget removed from Git and pruned (announced by another delivery); its children go
     // through the garbage collector.
@@ -460,7 +498,8 @@ async fn a_full_tour_uses_every_grant_of_deploy_rbac_and_needs_no_other() {
         .collect();
     assert!(ungranted.is_empty(), "used but not granted by deploy/rbac.yaml: {ungranted:#?}");
     for path in &non_resource {
-        assert!(path.starts_with("/api") || path == "/version", "a non-resource request beyond discovery: {path}");
+        let discovery = path.starts_with("/api") || path == "/version" || path == KEDA_SCHEMAS;
+        assert!(discovery, "a non-resource request beyond discovery: {path}");
     }
 
     // (b) Every grant is used, within its scope; a ClusterRole grant also outside the platform
