@@ -258,3 +258,13 @@ mod tests {
         assert!(KedaVersion::OLDEST_SUPPORTED < KedaVersion::NEWEST_SUPPORTED);
     }
 }
+
+/// What the controller knows of the installed KEDA: whether it is there and, when discovery
+/// could tell, which release it is ([`crate::apply::keda`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KedaSeen {
+    /// `keda.sh/v1alpha1` serves the kinds cdtarget renders.
+    pub installed: bool,
+    /// The release, as far as discovery could tell (`None`: it could not).
+    pub version: Option<KedaVersion>,
+}

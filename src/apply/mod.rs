@@ -9,6 +9,7 @@ pub mod applied;
 pub mod discovery;
 pub(crate) mod drift;
 pub(crate) mod inventory;
+pub(crate) mod keda;
 pub mod refusal;
 pub mod server_side;
 pub mod writer;

@@ -212,13 +212,9 @@ async fn preview(args: &DiffArgs, policy: &Policy, set: &ApplySet) -> Result<(Ve
     }
 
     // The children the controller renders for every CDTarget.
-    let keda = matches!(
-        discovery.lookup("keda.sh/v1alpha1", "ScaledObject").await.map_err(|e| cluster_error("discovery", e))?,
-        Lookup::Served { .. }
-    );
-    // The installed release is not discovered: the policy's pin, else the newest supported.
-    let version = policy.keda.version.unwrap_or(crate::api::keda::KedaVersion::NEWEST_SUPPORTED);
-    let scaling = if keda { Scaling::Keda(version) } else { Scaling::Fixed };
+    // The KEDA the controller would render for: the same discovery, the same rule.
+    let keda = crate::apply::keda::discover_keda(&caller).await.map_err(|e| cluster_error("discovery", e))?;
+    let scaling = render::scaling_for(keda, policy.keda.version);
     let mut client_side = BTreeSet::new();
     for target in set.cdtargets() {
         for (resource, body) in children(&tenant, namespace, target, policy, scaling).await? {

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use tokio::sync::watch;
 
-use crate::api::keda::KedaVersion;
 use crate::policy::{self, Policy};
 use crate::problem::Problem;
 
@@ -85,15 +84,7 @@ impl PolicySource {
     }
 }
 
-/// What the controller knows of the installed KEDA: whether it is there and, when discovery
-/// could tell, which release it is ([`crate::controller::process::keda`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KedaSeen {
-    /// `keda.sh/v1alpha1` serves the kinds cdtarget renders.
-    pub installed: bool,
-    /// The release, as far as discovery could tell (`None`: it could not).
-    pub version: Option<KedaVersion>,
-}
+pub use crate::api::keda::KedaSeen;
 
 /// What is known of KEDA, shared between the reconciler and the task that re-checks it.
 #[derive(Clone, Debug, Default)]

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use sha2::{Digest, Sha256};
 
-use crate::api::keda::KedaVersion;
+use crate::api::keda::{KedaSeen, KedaVersion};
 use crate::api::{AgentMode, CDTarget, labels};
 use crate::policy::Policy;
 use crate::problem::Problem;
@@ -44,6 +44,14 @@ impl Scaling {
             Scaling::Fixed => None,
         }
     }
+}
+
+/// How the agents are scaled on a cluster where `seen` is what is known of KEDA and `pin` the
+/// policy's `keda.version`: the pin, else the release found, else the oldest supported one,
+/// which renders nothing an older KEDA would not read and reports the risk rather than hide it.
+pub fn scaling_for(seen: KedaSeen, pin: Option<KedaVersion>) -> Scaling {
+    let release = pin.or(seen.version).unwrap_or(KedaVersion::OLDEST_SUPPORTED);
+    if seen.installed { Scaling::Keda(release) } else { Scaling::Fixed }
 }
 
 /// The risk a CDTarget's agents run because of the KEDA they are scaled by, if any: a warning

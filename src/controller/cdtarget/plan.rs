@@ -15,7 +15,6 @@ use crate::api::conditions::{
     REASON_KEDA_DROPS_BUSY_AGENTS, REASON_KEDA_NOT_INSTALLED, REASON_SCALE_ON_IN_FLIGHT,
     REASON_SCALE_ON_IN_FLIGHT_DISABLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
 };
-use crate::api::keda::KedaVersion;
 use crate::api::{AgentMode, CDTarget, RenderedSummary};
 use crate::controller::conditions::Health;
 use crate::controller::inputs::KedaSeen;
@@ -113,10 +112,7 @@ pub fn plan(
         }
     };
 
-    // The policy's pin, else what discovery found, else the oldest supported release, which
-    // renders nothing an older KEDA would not read and reports the risk rather than hide it.
-    let release = policy.keda.version.or(keda.version).unwrap_or(KedaVersion::OLDEST_SUPPORTED);
-    let scaling = if keda.installed { Scaling::Keda(release) } else { Scaling::Fixed };
+    let scaling = render::scaling_for(keda, policy.keda.version);
     let known = match (policy.keda.version, keda.version) {
         (Some(_), _) => "pinned by the policy's keda.version",
         (None, Some(_)) => "read from the schema of KEDA's CRDs",
@@ -248,6 +244,7 @@ fn list(problems: &[Problem]) -> String {
 #[cfg(test)]
 mod tests {
     use crate::api::CDTargetStatus;
+    use crate::api::keda::KedaVersion;
     use crate::controller::cdtarget::RESYNC;
 
     use super::*;

@@ -31,10 +31,10 @@ use crate::source::{self, Fetcher};
 use crate::telemetry::{self, State};
 use crate::webhook;
 
+pub(crate) use crate::apply::keda::discover_keda;
 pub use builder::{Builder, Reconciled, Running, Settings};
 pub use flags::gitlab_settings;
 pub(crate) use flags::{Args, shard_config, webhook_limits};
-pub(crate) use keda::discover_keda;
 pub use registrations::Registrations;
 pub(crate) use shutdown::stop_on_signal;
 pub use shutdown::stopped;
