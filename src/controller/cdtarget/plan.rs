@@ -15,6 +15,7 @@ use crate::api::conditions::{
     REASON_KEDA_DROPS_BUSY_AGENTS, REASON_KEDA_NOT_INSTALLED, REASON_SCALE_ON_IN_FLIGHT,
     REASON_SCALE_ON_IN_FLIGHT_DISABLED, REASON_SECRET_NOT_ALLOWED, REASON_SECRET_NOT_FOUND,
 };
+use crate::api::keda::KedaVersion;
 use crate::api::{AgentMode, CDTarget, RenderedSummary};
 use crate::controller::conditions::Health;
 use crate::controller::inputs::KedaSeen;
@@ -172,11 +173,20 @@ fn busy_agents(valid: &render::ValidTarget<'_>, scaling: Scaling, known: &str) -
         return BusyAgents::Absent;
     };
     if valid.mode == AgentMode::Job {
+        // What KEDA 2.20's strategy does while new agents start (tests/cluster/agents.rs).
+        let extra = if version.counts_busy_agents() {
+            String::new()
+        } else {
+            format!(
+                "; KEDA {version} ({known}) may start more Jobs than queued jobs while new agents start (its accurate strategy counts a Job whose agent runs but has not taken its job yet as neither pending nor busy), and KEDA {} or later starts exactly one per job",
+                KedaVersion::V2_21_0
+            )
+        };
         return BusyAgents::Set {
             counted: true,
             reason: REASON_JOB_MODE,
             message: format!(
-                "the agents run as the Jobs of KEDA ScaledJob {}: one per queued pipeline job, each running its job to the end; nothing scales a busy agent down",
+                "the agents run as the Jobs of KEDA ScaledJob {}: one per queued pipeline job, each running its job to the end; nothing scales a busy agent down{extra}",
                 valid.name
             ),
         };
@@ -244,7 +254,6 @@ fn list(problems: &[Problem]) -> String {
 #[cfg(test)]
 mod tests {
     use crate::api::CDTargetStatus;
-    use crate::api::keda::KedaVersion;
     use crate::controller::cdtarget::RESYNC;
 
     use super::*;
@@ -393,6 +402,13 @@ mod tests {
         let jobs = plan(&job, &Ok(Policy::default()), &token("pat"), seen(Some(KedaVersion::V2_20_0)), &[], RESYNC);
         assert!(busy(&jobs).0);
         assert_eq!(busy(&jobs).1, REASON_JOB_MODE);
+        assert!(
+            busy(&jobs).2.contains("may start more Jobs than queued jobs while new agents start"),
+            "{}",
+            busy(&jobs).2
+        );
+        let on_2_21 = plan(&job, &Ok(Policy::default()), &token("pat"), seen(Some(KedaVersion::V2_21_0)), &[], RESYNC);
+        assert!(!busy(&on_2_21).2.contains("more Jobs"), "{}", busy(&on_2_21).2);
     }
 
     #[test]
