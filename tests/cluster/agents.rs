@@ -424,3 +424,65 @@ async fn job_mode_on_keda_2_20_starts_one_agent_job_per_queued_pipeline_job_and_
     let new: Vec<&String> = after.iter().filter(|job| !before.contains(job)).collect();
     assert_eq!(new.len(), 1, "one Job for one more queued job: {new:?}");
 }
+
+/// What Deployment mode's ScaledObject counts with two agents busy and one job queued, on
+/// `release`: the controller's `BusyAgentsCounted` condition (`status`, `reason`), the trigger's
+/// rendered `scaleOnInFlight` (`None`: not rendered), and the queue length KEDA reads.
+///
+/// The number read is `keda_scaler_metrics_value` of the operator, not the HPA's: the HPA asks
+/// KEDA's metrics API server (not run here), which asks the operator over gRPC
+/// (`pkg/metricsservice/server.go` → `scaleHandler.GetScaledObjectMetrics`), which reads the same
+/// scaler of the operator's scalers cache (`GetMetricsAndActivityForScaler`) that the operator's
+/// scale loop polls (`checkScalers` → `getScaledObjectState` → `getScalerState` →
+/// `observeMetric`), or with `useCachedMetrics` the record that loop stored; the loop's value is
+/// what `processMetricsWithFallback` records as `keda_scaler_metrics_value`
+/// (`pkg/scaling/scale_handler.go`, v2.20.2 and v2.21.0 alike). One scaler, one queue: the same
+/// number.
+async fn deployment_mode_counts(
+    test: &str,
+    release: KedaRelease,
+    busy_agents_counted: (&'static str, &'static str),
+    scale_on_in_flight: Option<&str>,
+    queue_length: f64,
+) {
+    let Some(stage) = Stage::start(test, release).await else { return };
+    stage.apply_target("");
+    let (status, reason) = busy_agents_counted;
+    let condition = condition_is("BusyAgentsCounted", status, reason);
+    let target = stage.target_until(&format!("BusyAgentsCounted={status}/{reason}"), condition).await;
+    let rendered = target.status.as_ref().and_then(|s| s.rendered.clone()).expect("status.rendered");
+    assert_eq!(rendered.mode.as_deref(), Some("Deployment"), "{rendered:?}");
+    let scaled_object =
+        stage.cluster().kubectl(&["get", "scaledobject", TARGET, "-n", &stage.ns, "-o", "json"]).success();
+    let scaled_object: serde_json::Value = serde_json::from_str(&scaled_object).expect("the ScaledObject as JSON");
+    let rendered_key = scaled_object.pointer("/spec/triggers/0/metadata/scaleOnInFlight").and_then(|v| v.as_str());
+    assert_eq!(rendered_key, scale_on_in_flight, "{scaled_object}");
+
+    // Three pipeline jobs; two agents of the pool have received one each (written in the fake,
+    // as Azure DevOps hands them over), the third is queued.
+    let requests: Vec<i64> = (0..3).map(|_| stage.fake.queue_request(stage.pool, &[])).collect();
+    for (i, request) in requests.iter().take(2).enumerate() {
+        let agent = stage.fake.register_agent(stage.pool, &format!("agent-{i}"), &[], true);
+        stage.fake.agent_online(agent);
+        stage.fake.receive(*request, agent);
+    }
+    stage.scale_loops_since().await;
+    let value = stage.keda.scaler_metrics_value(Scaled::Object, &stage.ns, TARGET, 0);
+    assert_eq!(value, Some(queue_length), "the queue KEDA {} reads", release.version());
+}
+
+/// Deployment mode on KEDA 2.20.2: busy agents are not counted (1 of 3 unfinished jobs), and the
+/// CDTarget says so (`BusyAgentsCounted=False`, `KedaDropsBusyAgents`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_mode_queue_length_with_busy_agents_on_keda_2_20() {
+    let test = "deployment_mode_queue_length_with_busy_agents_on_keda_2_20";
+    deployment_mode_counts(test, KedaRelease::V2_20_2, ("False", "KedaDropsBusyAgents"), None, 1.0).await;
+}
+
+/// Deployment mode on KEDA 2.21.0: the rendered `scaleOnInFlight: "true"` counts busy agents (3
+/// of 3), and the CDTarget says so (`BusyAgentsCounted=True`, `ScaleOnInFlight`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_mode_queue_length_with_busy_agents_on_keda_2_21() {
+    let test = "deployment_mode_queue_length_with_busy_agents_on_keda_2_21";
+    deployment_mode_counts(test, KedaRelease::V2_21_0, ("True", "ScaleOnInFlight"), Some("true"), 3.0).await;
+}
