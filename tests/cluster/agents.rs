@@ -486,3 +486,67 @@ async fn deployment_mode_queue_length_with_busy_agents_on_keda_2_21() {
     let test = "deployment_mode_queue_length_with_busy_agents_on_keda_2_21";
     deployment_mode_counts(test, KedaRelease::V2_21_0, ("True", "ScaleOnInFlight"), Some("true"), 3.0).await;
 }
+
+/// Sets the token Secret's `AZP_TOKEN` to `token`, as the tenant would with kubectl.
+fn set_token(stage: &Stage, token: &str) {
+    let patch = serde_json::json!({"stringData": {"AZP_TOKEN": token}}).to_string();
+    stage.cluster().kubectl(&["patch", "secret", "azp-token", "-n", &stage.ns, "--type=merge", "-p", &patch]).success();
+}
+
+/// KEDA's `Ready` condition of the ScaledJob as `status reason: message` (empty before KEDA
+/// wrote one).
+fn scaled_job_ready(stage: &Stage) -> String {
+    let path = "jsonpath={range .status.conditions[?(@.type==\"Ready\")]}{.status} {.reason}: {.message}{end}";
+    stage.cluster().kubectl(&["get", "scaledjob", TARGET, "-n", &stage.ns, "-o", path]).success()
+}
+
+/// Job mode's readiness from what KEDA and the Job controller really report (docs/agents.md,
+/// "Ready in Job mode"), on KEDA 2.21.0: a token Azure DevOps refuses leaves KEDA's ScaledJob not
+/// Ready, and the CDTarget `Ready=False`, `ScaledJobNotReady`; with a token it takes, the CDTarget
+/// is Ready; an agent Job that fails (its pod failed, as the kubelet reports when the agent exits
+/// 1, then the Job controller fails the Job) makes it `AgentJobsFailing`.
+///
+/// Only reasons are asserted: a tenant reads neither reason's message today, because neither is
+/// on the CDTarget allow-list of `src/controller/tenant_text.rs` (`CDTARGET_THEIRS`), so both
+/// read "the details are the platform's; the platform team has been told".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_failed_job() {
+    let test = "job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_failed_job";
+    let Some(stage) = Stage::start(test, KedaRelease::V2_21_0).await else { return };
+    set_token(&stage, "a-token-azure-devops-refuses");
+    stage.apply_target(&format!("  mode: Job\n  minReplicaCount: 0\n  triggerMeta:\n    parent: {PLACEHOLDER}\n"));
+
+    // KEDA's scaler is refused: KEDA reports its ScaledJob not Ready, and so does the CDTarget.
+    let keda_says = stage
+        .until("KEDA's ScaledJob Ready=False", || async {
+            let ready = scaled_job_ready(&stage);
+            ready.starts_with("False ").then_some(ready)
+        })
+        .await;
+    eprintln!("[agents] KEDA's ScaledJob with a refused token: Ready={keda_says}");
+    stage.target_until("Ready=False/ScaledJobNotReady", condition_is("Ready", "False", "ScaledJobNotReady")).await;
+
+    // The tenant's token is set right: KEDA reports the ScaledJob Ready, and so is the CDTarget.
+    set_token(&stage, PAT);
+    stage
+        .until("KEDA's ScaledJob Ready=True", || async { scaled_job_ready(&stage).starts_with("True ").then_some(()) })
+        .await;
+    let ready = |target: Option<&CDTarget>| {
+        target
+            .and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    stage.target_until("Ready=True with a token Azure DevOps takes", ready).await;
+
+    // A queued job gets its agent Job; the agent fails (the kubelet reports its pod Failed,
+    // written by the test), and the Job controller fails the Job (backoffLimit 0).
+    stage.fake.queue_request(stage.pool, &[]);
+    let jobs = stage.jobs_at_least(1).await;
+    let pods = stage.pods_of(&jobs[..1]).await;
+    stage.kubelet_reports(&pods, "Failed").await;
+    stage.target_until("Ready=False/AgentJobsFailing", condition_is("Ready", "False", "AgentJobsFailing")).await;
+    let job = names(&jobs)[0].clone();
+    let failed: Api<Job> = Api::namespaced(stage.client.clone(), &stage.ns);
+    let conditions = failed.get(&job).await.expect("the Job").status.and_then(|s| s.conditions).unwrap_or_default();
+    assert!(conditions.iter().any(|c| c.type_ == "Failed" && c.status == "True"), "{conditions:?}");
+}
