@@ -10,6 +10,7 @@
 mod common;
 
 mod admission;
+mod agents;
 mod budget;
 mod conflicts;
 mod controller;

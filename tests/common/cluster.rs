@@ -24,6 +24,7 @@ use kube::Api;
 use kube::runtime::wait::{Condition, await_condition};
 
 use super::control_plane::{AuditMark, EXTERNAL_KUBECONFIG, Options, OwnControlPlane, kill_at_exit, until_appended};
+use super::keda::KedaRelease;
 use super::process::find_on_path;
 use super::{
     AuditEvent, ControlPlane, GitDaemon, HarnessError, TestDir, Upstream, UpstreamRepo, skip_or_fail, test_dir,
@@ -49,7 +50,12 @@ pub const CONFIG_MAP: &str =
 /// module, `go mod download`ed into the module cache when it is not there); never copied in.
 /// When the module cannot be had, a path that is no directory, naming why.
 pub fn keda_crds_dir() -> PathBuf {
-    match super::keda::KedaRelease::V2_21_0.source_dir() {
+    keda_crds_dir_of(KedaRelease::V2_21_0)
+}
+
+/// The CRDs of KEDA `release` (`config/crd/bases` of its Go module), as [`keda_crds_dir`].
+pub fn keda_crds_dir_of(release: KedaRelease) -> PathBuf {
+    match release.source_dir() {
         Ok(module) => module.join("config/crd/bases"),
         Err(why) => PathBuf::from(format!("<KEDA's Go module: {why}>")),
     }
@@ -93,10 +99,18 @@ pub fn own_installed_cluster(test: &str) -> Option<OwnControlPlane> {
 
 /// [`own_installed_cluster`] on a control plane started with `options`.
 pub fn own_installed_cluster_with(test: &str, options: &Options) -> Option<OwnControlPlane> {
+    own_installed_cluster_with_keda(test, options, KedaRelease::V2_21_0)
+}
+
+/// [`own_installed_cluster_with`], with the CRDs of KEDA `release` instead of v2.21.0's: the
+/// schema cdtarget's controller tells KEDA's release from is the one installed first (an apply of
+/// an older release's CRDs over newer ones, by another field manager, would leave the newer
+/// fields in place).
+pub fn own_installed_cluster_with_keda(test: &str, options: &Options, release: KedaRelease) -> Option<OwnControlPlane> {
     if find_on_path("kubectl").is_none() {
         skip_or_fail::<()>(test, Err(HarnessError::Unavailable("kubectl is not installed".into())))?;
     }
-    let keda = keda_crds_dir();
+    let keda = keda_crds_dir_of(release);
     if !keda.is_dir() {
         skip_or_fail::<()>(test, Err(HarnessError::Unavailable(format!("KEDA's CRDs are not at {}", keda.display()))))?;
     }
