@@ -77,8 +77,8 @@ pub(crate) fn scaled_object(valid: &ValidTarget<'_>, policy: &Policy, version: K
 ///   running Job's own job cancels it out).
 /// - KEDA 2.20: no such switch; strategy `accurate` (new Jobs = queue − pending Jobs, the queue
 ///   counting only requests no agent has received). Residual: a Job whose pod runs but whose
-///   agent has not yet received its job is not pending, so KEDA may start one Job too many in
-///   that window. `scaleOnInFlight: "false"` (ignored by 2.20) keeps that arithmetic right if
+///   agent has not yet received its job is not pending, so KEDA starts another Job for that job
+///   at every poll of that window (3 queued jobs made 6 Jobs in tests/cluster/agents.rs). `scaleOnInFlight: "false"` (ignored by 2.20) keeps that arithmetic right if
 ///   KEDA is upgraded before the ScaledJob is rendered again.
 ///
 /// `rollout: gradual` keeps running Jobs when the ScaledJob changes (a rotated Secret, a new

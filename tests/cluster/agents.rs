@@ -506,9 +506,8 @@ fn scaled_job_ready(stage: &Stage) -> String {
 /// is Ready; an agent Job that fails (its pod failed, as the kubelet reports when the agent exits
 /// 1, then the Job controller fails the Job) makes it `AgentJobsFailing`.
 ///
-/// Only reasons are asserted: a tenant reads neither reason's message today, because neither is
-/// on the CDTarget allow-list of `src/controller/tenant_text.rs` (`CDTARGET_THEIRS`), so both
-/// read "the details are the platform's; the platform team has been told".
+/// The tenant reads both messages as written (both reasons are on the CDTarget allow-list of
+/// `src/controller/tenant_text.rs`): KEDA's reason for the ScaledJob, and the failed Job's name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_failed_job() {
     let test = "job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_failed_job";
@@ -524,7 +523,10 @@ async fn job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_fai
         })
         .await;
     eprintln!("[agents] KEDA's ScaledJob with a refused token: Ready={keda_says}");
-    stage.target_until("Ready=False/ScaledJobNotReady", condition_is("Ready", "False", "ScaledJobNotReady")).await;
+    let waiting =
+        stage.target_until("Ready=False/ScaledJobNotReady", condition_is("Ready", "False", "ScaledJobNotReady")).await;
+    let message = ready_message(&waiting);
+    assert!(message.contains(&format!("ScaledJob {}/{TARGET} is not Ready", stage.ns)), "{message}");
 
     // The tenant's token is set right: KEDA reports the ScaledJob Ready, and so is the CDTarget.
     set_token(&stage, PAT);
@@ -544,9 +546,18 @@ async fn job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_fai
     let jobs = stage.jobs_at_least(1).await;
     let pods = stage.pods_of(&jobs[..1]).await;
     stage.kubelet_reports(&pods, "Failed").await;
-    stage.target_until("Ready=False/AgentJobsFailing", condition_is("Ready", "False", "AgentJobsFailing")).await;
+    let failing =
+        stage.target_until("Ready=False/AgentJobsFailing", condition_is("Ready", "False", "AgentJobsFailing")).await;
     let job = names(&jobs)[0].clone();
+    let message = ready_message(&failing);
+    assert!(message.contains(&format!("{job}, failed to start: the Job failed")), "{message}");
     let failed: Api<Job> = Api::namespaced(stage.client.clone(), &stage.ns);
     let conditions = failed.get(&job).await.expect("the Job").status.and_then(|s| s.conditions).unwrap_or_default();
     assert!(conditions.iter().any(|c| c.type_ == "Failed" && c.status == "True"), "{conditions:?}");
+}
+
+/// The message of the `Ready` condition of `target`.
+fn ready_message(target: &CDTarget) -> String {
+    let conditions = target.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.message.clone()).unwrap_or_default()
 }
