@@ -158,6 +158,18 @@ impl Stage {
         .await
     }
 
+    /// Queues one more pipeline job and asserts that KEDA starts exactly one Job for it (and no
+    /// second one in the two scale loops after).
+    async fn one_more_queued_job_gets_one_job(&self) {
+        let before = names(&self.jobs().await);
+        self.fake.queue_request(self.pool, &[]);
+        self.jobs_at_least(before.len() + 1).await;
+        self.scale_loops_since().await;
+        let after = names(&self.jobs().await);
+        let new: Vec<&String> = after.iter().filter(|job| !before.contains(job)).collect();
+        assert_eq!(new.len(), 1, "one Job for one more queued job: {new:?}");
+    }
+
     /// Returns once two of KEDA's scale loops have polled the queue after this call and made
     /// their decisions (see the module documentation): the fake has received three job-request
     /// lists since.
@@ -379,13 +391,7 @@ async fn job_mode_on_keda_2_21_starts_one_agent_job_per_queued_pipeline_job_and_
     job_mode_sequence(&stage, &expected).await;
 
     // One more queued pipeline job: exactly one more Job.
-    let before = names(&stage.jobs().await);
-    stage.fake.queue_request(stage.pool, &[]);
-    stage.jobs_at_least(before.len() + 1).await;
-    stage.scale_loops_since().await;
-    let after = names(&stage.jobs().await);
-    let new: Vec<&String> = after.iter().filter(|job| !before.contains(job)).collect();
-    assert_eq!(new.len(), 1, "one Job for one more queued job: {new:?}");
+    stage.one_more_queued_job_gets_one_job().await;
 }
 
 /// `spec.mode: Job` on KEDA 2.20.2: the controller reads 2.20 from the CRDs and renders strategy
@@ -416,13 +422,7 @@ async fn job_mode_on_keda_2_20_starts_one_agent_job_per_queued_pipeline_job_and_
     assert_eq!(stage.jobs().await.len(), all.len(), "no Job for an empty queue");
 
     // One more queued pipeline job: a Job of its own, though three agents wait for work.
-    let before = names(&all);
-    stage.fake.queue_request(stage.pool, &[]);
-    stage.jobs_at_least(before.len() + 1).await;
-    stage.scale_loops_since().await;
-    let after = names(&stage.jobs().await);
-    let new: Vec<&String> = after.iter().filter(|job| !before.contains(job)).collect();
-    assert_eq!(new.len(), 1, "one Job for one more queued job: {new:?}");
+    stage.one_more_queued_job_gets_one_job().await;
 }
 
 /// What Deployment mode's ScaledObject counts with two agents busy and one job queued, on
