@@ -1,6 +1,5 @@
 //! What KEDA the cluster serves: whether it is installed, and which release, as the controller
-//! (at start-up and every `KEDA_RECHECK`, `crate::controller::process::keda`) and `cdtarget diff`
-//! ask it.
+//! (at start-up and every few minutes) and `cdtarget diff` ask it.
 //!
 //! Whether KEDA is there comes from API discovery (`keda.sh/v1alpha1` serves ScaledObject,
 //! ScaledJob and TriggerAuthentication). Which release it is comes from the schema of its CRDs

@@ -16,17 +16,19 @@
 //! was answered from the changed state; when the fake has received three lists since the change,
 //! the loops of the first two have finished their creations ([`scale_loops_since`]).
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use cdtarget::api::CDTarget;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
 
-use crate::common::cluster::{Controller, PLATFORM_NAMESPACE, namespace, own_installed_cluster_with_keda};
+use crate::common::cluster::{
+    Controller, PLATFORM_NAMESPACE, namespace, own_installed_cluster_with_keda, until_listed,
+};
 use crate::common::control_plane::{Options, OwnControlPlane};
 use crate::common::fake_azure_devops::{DEFAULT_ORG, FakeAzureDevOps, JobResult, Scope};
 use crate::common::keda::{KedaOperator, KedaOptions, KedaRelease, Scaled};
@@ -107,22 +109,13 @@ impl Stage {
         kubectl_file(cluster, &cluster.admin_kubeconfig(), "apply", &manifest, &[]).success();
     }
 
-    /// Calls `check` until it gives a value, at most [`DEADLINE`], then panics with `what` and
-    /// what the failure needs. KEDA and the Job controller are other processes: nothing to await
-    /// but what they wrote, read again every 200 ms.
-    async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Option<T>>,
-    {
-        let started = Instant::now();
-        loop {
-            if let Some(value) = check().await {
-                return value;
-            }
-            assert!(started.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}{}", self.diagnostics());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    /// Calls `check` with the Jobs of the ScaledJob once listed and after every change a watch
+    /// of them reports, until it gives a value, at most [`DEADLINE`]; then panics with `what` and
+    /// what the failure needs.
+    async fn until_jobs<T>(&self, what: &str, check: impl FnMut(&[Job]) -> Option<T>) -> T {
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &self.ns);
+        let labelled = watcher::Config::default().labels(&format!("scaledjob.keda.sh/name={TARGET}"));
+        until_listed(jobs, labelled, DEADLINE, what, check, || self.diagnostics()).await
     }
 
     fn diagnostics(&self) -> String {
@@ -151,11 +144,13 @@ impl Stage {
 
     /// Waits until KEDA has created at least `count` Jobs and returns them.
     async fn jobs_at_least(&self, count: usize) -> Vec<Job> {
-        self.until(&format!("{count} Jobs of ScaledJob {TARGET}"), || async {
-            let jobs = self.jobs().await;
-            (jobs.len() >= count).then_some(jobs)
-        })
-        .await
+        let mut jobs = self
+            .until_jobs(&format!("{count} Jobs of ScaledJob {TARGET}"), |jobs| {
+                (jobs.len() >= count).then(|| jobs.to_vec())
+            })
+            .await;
+        jobs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        jobs
     }
 
     /// Queues one more pipeline job and asserts that KEDA starts exactly one Job for it (and no
@@ -175,19 +170,16 @@ impl Stage {
     /// lists since.
     async fn scale_loops_since(&self) {
         let from = self.fake.counts().endpoint("jobrequests.list");
-        self.until("two more scale loops of KEDA", || async {
-            (self.fake.counts().endpoint("jobrequests.list") >= from + 3).then_some(())
-        })
-        .await;
+        let what = "two more scale loops of KEDA";
+        self.fake.until_counted("jobrequests.list", from + 3, DEADLINE, what, || self.diagnostics()).await;
     }
 
     /// The pod of each of `jobs` (the Job controller's), once each has one.
     async fn pods_of(&self, jobs: &[Job]) -> Vec<Pod> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
-        let labelled = ListParams::default().labels(&format!("scaledjob.keda.sh/name={TARGET}"));
+        let labelled = watcher::Config::default().labels(&format!("scaledjob.keda.sh/name={TARGET}"));
         let names: Vec<String> = jobs.iter().filter_map(|job| job.metadata.name.clone()).collect();
-        self.until("a pod for each Job", || async {
-            let list = pods.list(&labelled).await.expect("list pods").items;
+        let each = |list: &[Pod]| {
             let of = |job: &String| {
                 list.iter()
                     .find(|pod| {
@@ -196,8 +188,8 @@ impl Stage {
                     .cloned()
             };
             names.iter().map(of).collect::<Option<Vec<Pod>>>()
-        })
-        .await
+        };
+        until_listed(pods, labelled, DEADLINE, "a pod for each Job", each, || self.diagnostics()).await
     }
 
     /// What a kubelet reports of `pods` (none runs here): the phase `phase` (`Running` with
@@ -254,6 +246,8 @@ async fn await_trigger_authentication_schema(cluster: &ControlPlane, keda: &Keda
             "TriggerAuthentication's schema not published within {DEADLINE:?} (KEDA {})",
             keda.release().version()
         );
+        // Nothing to await: the API server announces no change of its OpenAPI document (as with
+        // /readyz); read it again, bounded above.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -363,16 +357,17 @@ async fn job_mode_sequence(stage: &Stage, expected: &Expected) {
         stage.fake.finish(*request, JobResult::Succeeded);
     }
     stage.kubelet_reports(&pods, "Succeeded").await;
-    let jobs: Api<Job> = Api::namespaced(stage.client.clone(), &stage.ns);
-    for job in names(&first) {
-        stage
-            .until(&format!("Job {job} Complete"), || async {
-                let job = jobs.get(&job).await.expect("the Job");
-                let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
-                conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True").then_some(())
-            })
-            .await;
-    }
+    let first = names(&first);
+    let complete = |job: &Job| {
+        let conditions = job.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+        conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True")
+    };
+    stage
+        .until_jobs("the first Jobs Complete", |jobs| {
+            let done = |name: &String| jobs.iter().any(|job| job.metadata.name.as_ref() == Some(name) && complete(job));
+            first.iter().all(done).then_some(())
+        })
+        .await;
     stage.scale_loops_since().await;
     let done = stage.jobs().await;
     assert_eq!(done.len(), expected.while_agents_start, "no Job once the jobs finished: {:?}", names(&done));
@@ -495,9 +490,24 @@ fn set_token(stage: &Stage, token: &str) {
 
 /// KEDA's `Ready` condition of the ScaledJob as `status reason: message` (empty before KEDA
 /// wrote one).
-fn scaled_job_ready(stage: &Stage) -> String {
-    let path = "jsonpath={range .status.conditions[?(@.type==\"Ready\")]}{.status} {.reason}: {.message}{end}";
-    stage.cluster().kubectl(&["get", "scaledjob", TARGET, "-n", &stage.ns, "-o", path]).success()
+/// Waits (a watch of the ScaledJob, at most [`DEADLINE`]) until KEDA reports it `Ready` with
+/// `status`, and returns that condition as `status reason: message`.
+async fn scaled_job_ready(stage: &Stage, status: &str) -> String {
+    let resource =
+        kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledJob"));
+    let api: Api<DynamicObject> = Api::namespaced_with(stage.client.clone(), &stage.ns, &resource);
+    let ready = |object: &DynamicObject| {
+        let conditions = object.data.pointer("/status/conditions").and_then(serde_json::Value::as_array)?;
+        let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+        let text = |key: &str| ready[key].as_str().unwrap_or_default().to_owned();
+        Some(format!("{} {}: {}", text("status"), text("reason"), text("message")))
+    };
+    let prefix = format!("{status} ");
+    let reported = |object: Option<&DynamicObject>| object.and_then(ready).is_some_and(|r| r.starts_with(&prefix));
+    match tokio::time::timeout(DEADLINE, await_condition(api, TARGET, reported)).await {
+        Ok(Ok(Some(object))) => ready(&object).unwrap_or_default(),
+        other => panic!("KEDA's ScaledJob Ready={status}: not within {DEADLINE:?} ({other:?}){}", stage.diagnostics()),
+    }
 }
 
 /// Job mode's readiness from what KEDA and the Job controller really report (docs/agents.md,
@@ -516,12 +526,7 @@ async fn job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_fai
     stage.apply_target(&format!("  mode: Job\n  minReplicaCount: 0\n  triggerMeta:\n    parent: {PLACEHOLDER}\n"));
 
     // KEDA's scaler is refused: KEDA reports its ScaledJob not Ready, and so does the CDTarget.
-    let keda_says = stage
-        .until("KEDA's ScaledJob Ready=False", || async {
-            let ready = scaled_job_ready(&stage);
-            ready.starts_with("False ").then_some(ready)
-        })
-        .await;
+    let keda_says = scaled_job_ready(&stage, "False").await;
     eprintln!("[agents] KEDA's ScaledJob with a refused token: Ready={keda_says}");
     let waiting =
         stage.target_until("Ready=False/ScaledJobNotReady", condition_is("Ready", "False", "ScaledJobNotReady")).await;
@@ -530,9 +535,7 @@ async fn job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_fai
 
     // The tenant's token is set right: KEDA reports the ScaledJob Ready, and so is the CDTarget.
     set_token(&stage, PAT);
-    stage
-        .until("KEDA's ScaledJob Ready=True", || async { scaled_job_ready(&stage).starts_with("True ").then_some(()) })
-        .await;
+    scaled_job_ready(&stage, "True").await;
     let ready = |target: Option<&CDTarget>| {
         target
             .and_then(|t| t.status.as_ref())

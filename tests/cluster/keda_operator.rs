@@ -5,15 +5,15 @@
 //! kube-controller-manager runs the Job controller (`Options::job_controller`): KEDA creates
 //! the Jobs, the Job controller their pods, which stay Pending (no scheduler, no kubelet).
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
 
-use crate::common::cluster::namespace;
+use crate::common::cluster::{self, namespace};
 use crate::common::control_plane::Options;
 use crate::common::keda::{KedaOperator, KedaOptions, KedaRelease, Scaled, scaler_metrics_value};
 use crate::common::{ControlPlane, skip_or_fail};
@@ -69,26 +69,22 @@ async fn serve_queue_tls(length: u64) -> (SocketAddr, crate::common::TestDir) {
     (address, dir)
 }
 
-/// Calls `check` until it gives a value, at most [`DEADLINE`] (then panics with `what` and the
-/// operator's log). KEDA and the Job controller are other processes: nothing here to await but
-/// what they wrote, read again every 200 ms.
-async fn until<T, F, Fut>(keda: &KedaOperator, what: &str, mut check: F) -> T
+/// Calls `check` with the objects of `api` labelled `labels` once listed and after every change
+/// a watch reports, at most [`DEADLINE`]; then panics with `what` and the operator's log.
+async fn until_listed<K, T>(
+    keda: &KedaOperator,
+    api: &Api<K>,
+    labels: &str,
+    what: &str,
+    check: impl FnMut(&[K]) -> Option<T>,
+) -> T
 where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            started.elapsed() < DEADLINE,
-            "{what}: not within {DEADLINE:?}; KEDA's log ends with:\n{}",
-            keda.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let config = watcher::Config::default().labels(labels);
+    let log = || format!("; KEDA's log ends with:\n{}", keda.log_tail(40));
+    cluster::until_listed(api.clone(), config, DEADLINE, what, check, log).await
 }
 
 /// A ScaledJob `name` whose one trigger reads the queue at `queue` every second, one Job per item,
@@ -154,10 +150,9 @@ async fn keda_v2_21_creates_one_job_per_queued_item_and_the_job_controller_gives
     // Three items: three Jobs, labelled with the ScaledJob's name and owned by it.
     let client = cluster.admin_client().await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let labelled = ListParams::default().labels("scaledjob.keda.sh/name=work");
-    let created = until(&keda, "three Jobs of ScaledJob work", || async {
-        let list = jobs.list(&labelled).await.expect("list Jobs").items;
-        (list.len() >= 3).then_some(list)
+    let labelled = "scaledjob.keda.sh/name=work";
+    let created = until_listed(&keda, &jobs, labelled, "three Jobs of ScaledJob work", |list| {
+        (list.len() >= 3).then(|| list.to_vec())
     })
     .await;
     for job in &created {
@@ -182,15 +177,14 @@ async fn keda_v2_21_creates_one_job_per_queued_item_and_the_job_controller_gives
     // The Job controller gave each Job its pod (Pending: nothing schedules or runs it).
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     let job_names: Vec<String> = created.iter().filter_map(|job| job.metadata.name.clone()).collect();
-    let owned = until(&keda, "a pod for each of the three Jobs", || async {
-        let list = pods.list(&labelled).await.expect("list pods").items;
+    let owned = until_listed(&keda, &pods, labelled, "a pod for each of the three Jobs", |list| {
         let owners: Vec<String> = list
             .iter()
             .flat_map(|pod| pod.metadata.owner_references.clone().unwrap_or_default())
             .filter(|o| o.kind == "Job")
             .map(|o| o.name)
             .collect();
-        job_names.iter().all(|job| owners.contains(job)).then_some(list)
+        job_names.iter().all(|job| owners.contains(job)).then(|| list.to_vec())
     })
     .await;
     assert!(
@@ -206,15 +200,14 @@ async fn keda_v2_21_creates_one_job_per_queued_item_and_the_job_controller_gives
     }
 
     // The operator's scaler read 3 ...
-    let value = until(&keda, "keda_scaler_metrics_value 3", || async {
+    let value = keda.until_logged(DEADLINE, "keda_scaler_metrics_value 3", || {
         let value = keda.scaler_metrics_value(Scaled::Job, &ns, "work", 0);
         (value == Some(3.0)).then_some(value)
-    })
-    .await;
+    });
     assert_eq!(value, Some(3.0));
 
     // ... and a later scale loop counted the three Jobs running and created none: exactly three.
-    until(&keda, "a scale loop that counts three running Jobs", || async {
+    keda.until_logged(DEADLINE, "a scale loop that counts three running Jobs", || {
         keda.log_entries()
             .iter()
             .any(|entry| {
@@ -224,9 +217,8 @@ async fn keda_v2_21_creates_one_job_per_queued_item_and_the_job_controller_gives
                     && entry["Number of running Jobs"] == 3
             })
             .then_some(())
-    })
-    .await;
-    let after = jobs.list(&labelled).await.expect("list Jobs").items;
+    });
+    let after = jobs.list(&ListParams::default().labels(labelled)).await.expect("list Jobs").items;
     assert_eq!(
         after.len(),
         3,
@@ -256,17 +248,13 @@ async fn keda_v2_21_creates_one_job_per_queued_item_and_the_job_controller_gives
     // Over HTTPS, the certificate signed by the extra CA (SSL_CERT_FILE): two items, two Jobs.
     let manifest = scaled_job(&ns, "secure", &format!("https://{secure_queue}/queue"));
     kubectl_file(&cluster, &cluster.admin_kubeconfig(), "apply", &manifest, &["--server-side"]).success();
-    let value = until(&keda, "keda_scaler_metrics_value 2 over HTTPS", || async {
+    let value = keda.until_logged(DEADLINE, "keda_scaler_metrics_value 2 over HTTPS", || {
         let value = keda.scaler_metrics_value(Scaled::Job, &ns, "secure", 0);
         (value == Some(2.0)).then_some(value)
-    })
-    .await;
+    });
     assert_eq!(value, Some(2.0));
-    let secure = ListParams::default().labels("scaledjob.keda.sh/name=secure");
-    until(&keda, "two Jobs of ScaledJob secure", || async {
-        (jobs.list(&secure).await.expect("list Jobs").items.len() == 2).then_some(())
-    })
-    .await;
+    let secure = "scaledjob.keda.sh/name=secure";
+    until_listed(&keda, &jobs, secure, "two Jobs of ScaledJob secure", |list| (list.len() == 2).then_some(())).await;
 }
 
 #[tokio::test]

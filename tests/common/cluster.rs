@@ -548,3 +548,50 @@ pub fn accepted_writes_as(events: &[AuditEvent], ns: &str, resource: &str, name:
         .map(|event| event.acting_user().to_string())
         .collect()
 }
+
+/// Calls `check` with the objects of `api` that `config` selects, once they are listed and again
+/// after every change a watch of them reports (no timer), until it gives a value, at most
+/// `within`; then panics with `what` and `diagnostics()`. For objects another process writes: the
+/// Jobs KEDA creates, the pods the Job controller creates.
+pub async fn until_listed<K, T>(
+    api: Api<K>,
+    config: kube::runtime::watcher::Config,
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut(&[K]) -> Option<T>,
+    diagnostics: impl FnOnce() -> String,
+) -> T
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::Event;
+    let (reader, writer) = kube::runtime::reflector::store();
+    let events = kube::runtime::reflector(writer, kube::runtime::watcher(api, config).default_backoff());
+    let watched = async {
+        let mut events = std::pin::pin!(events);
+        let mut listed = false;
+        while let Some(event) = events.next().await {
+            // A failed watch is retried with back-off; what it missed comes with the next list.
+            match event {
+                Ok(Event::InitDone) => listed = true,
+                Ok(Event::Apply(_) | Event::Delete(_)) => {}
+                Ok(Event::Init | Event::InitApply(_)) | Err(_) => continue,
+            }
+            if !listed {
+                continue;
+            }
+            let objects: Vec<K> = reader.state().iter().map(|object| K::clone(object)).collect();
+            if let Some(value) = check(&objects) {
+                return value;
+            }
+        }
+        panic!("the watch for {what} ended")
+    };
+    match tokio::time::timeout(within, watched).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what}: not within {within:?}{}", diagnostics()),
+    }
+}

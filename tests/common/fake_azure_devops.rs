@@ -428,6 +428,8 @@ struct StateData {
 
 struct Shared {
     state: Mutex<StateData>,
+    /// Bumped after every request is logged: what [`FakeAzureDevOps::until_counted`] awaits.
+    answered: tokio::sync::watch::Sender<u64>,
     base_url: String,
     uuid_counter: AtomicU64,
     uuid_seed: u64,
@@ -488,6 +490,7 @@ impl FakeAzureDevOps {
             base_url: format!("https://127.0.0.1:{port}"),
             uuid_counter: AtomicU64::new(0),
             uuid_seed: seed,
+            answered: tokio::sync::watch::Sender::new(0),
         });
         let fake_shared = Arc::clone(&shared);
         let app = Router::new().fallback(handle).with_state(shared);
@@ -932,6 +935,28 @@ impl FakeAzureDevOps {
     /// The counters so far.
     pub fn counts(&self) -> Counts {
         self.state().counts.clone()
+    }
+
+    /// Waits until `endpoint` has been asked at least `at_least` times in all (see [`Counts`]),
+    /// woken by each request the fake logs (no timer), at most `within`; then panics with `what`
+    /// and `diagnostics()`.
+    pub async fn until_counted(
+        &self,
+        endpoint: &str,
+        at_least: usize,
+        within: Duration,
+        what: &str,
+        diagnostics: impl FnOnce() -> String,
+    ) {
+        let mut answered = self.shared.answered.subscribe();
+        let counted = async {
+            while self.counts().endpoint(endpoint) < at_least {
+                answered.changed().await.expect("the fake is running");
+            }
+        };
+        if tokio::time::timeout(within, counted).await.is_err() {
+            panic!("{what}: not within {within:?}{}", diagnostics());
+        }
     }
 
     /// Clears the request log and the counters.
@@ -1608,6 +1633,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             api_version: call.api_version(),
             status,
         });
+        shared.answered.send_modify(|n| *n += 1);
         outcome
     };
     match outcome {

@@ -33,7 +33,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::HarnessError;
-use super::control_plane::ControlPlane;
+use super::control_plane::{ControlPlane, until_appended};
 use super::go_build::GoBuild;
 use super::process::{find_on_path, process_running};
 
@@ -343,46 +343,54 @@ impl KedaOperator {
         scaler_metrics_value(&self.metrics(), kind, namespace, name, trigger_index)
     }
 
+    /// Calls `check` now and after every line the operator logs (its scale loops log each round;
+    /// inotify says when, no timer), until it gives a value, at most `within`; then panics with
+    /// `what` and the log's tail. Blocks: inside a multi-threaded runtime, in `block_in_place`.
+    pub fn until_logged<T>(&self, within: Duration, what: &str, check: impl FnMut() -> Option<T>) -> T {
+        let log = self.log();
+        let what = format!("{what} (KEDA's log: {})", log.display());
+        let wait = || until_appended(&log, within, &what, check);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(wait)
+            }
+            _ => wait(),
+        }
+    }
+
+    /// Waits, woken by each line the operator logs (inotify, no timer), at most [`UP_DEADLINE`],
+    /// until its health probe is serving (`starting server`, then `/readyz` answers `ok`: the
+    /// listener is bound before that line), its metrics server serves, and the ScaledObject and
+    /// ScaledJob controllers started their workers; fails at once when the process exits.
     fn await_up(&mut self) -> Result<(), HarnessError> {
-        let started = Instant::now();
         let pid = self.child.id();
-        let mut waiting_for;
-        loop {
-            if !process_running(pid) || self.child.try_wait().map_err(failed)?.is_some() {
-                return Err(failed(format!("KEDA operator exited:\n{}", self.log_tail(40))));
+        let log = self.log();
+        let mut found: Option<(SocketAddr, SocketAddr)> = None;
+        let up = until_appended(&log, UP_DEADLINE, "the KEDA operator up", || {
+            if !process_running(pid) {
+                return Some(Err(failed(format!("KEDA operator exited:\n{}", self.log_tail(40)))));
             }
             let entries = self.log_entries();
-            waiting_for = "the health probe's `starting server` line";
-            if let Some(probe) = probe_address(&entries) {
-                self.probe = probe;
-                waiting_for = "`ok` from /readyz";
-                if http_get(probe, "/readyz").is_some_and(|(status, body)| status == 200 && body.trim() == "ok") {
-                    waiting_for = "the metrics server";
-                    if entries.iter().any(|entry| entry["msg"] == "Serving metrics server")
-                        && let Some(metrics) = find_metrics_address(pid, probe)
-                    {
-                        self.metrics = metrics;
-                        waiting_for = "`Starting workers` of the ScaledObject and ScaledJob controllers";
-                        let workers = |kind: &str| {
-                            entries
-                                .iter()
-                                .any(|entry| entry["msg"] == "Starting workers" && entry["controllerKind"] == kind)
-                        };
-                        if workers("ScaledObject") && workers("ScaledJob") {
-                            return Ok(());
-                        }
-                    }
-                }
+            let probe = probe_address(&entries)?;
+            let workers = |kind: &str| {
+                entries.iter().any(|entry| entry["msg"] == "Starting workers" && entry["controllerKind"] == kind)
+            };
+            if !(entries.iter().any(|entry| entry["msg"] == "Serving metrics server")
+                && workers("ScaledObject")
+                && workers("ScaledJob"))
+            {
+                return None;
             }
-            if started.elapsed() > UP_DEADLINE {
-                return Err(failed(format!(
-                    "KEDA operator not up after {UP_DEADLINE:?} (waiting for {waiting_for}):\n{}",
-                    self.log_tail(40)
-                )));
-            }
-            // Nothing to await in a foreign process: poll its log and probe (bounded above).
-            std::thread::sleep(Duration::from_millis(100));
+            let ready = http_get(probe, "/readyz").is_some_and(|(status, body)| status == 200 && body.trim() == "ok");
+            let metrics = find_metrics_address(pid, probe).filter(|_| ready)?;
+            found = Some((probe, metrics));
+            Some(Ok(()))
+        });
+        if let Some((probe, metrics)) = found {
+            self.probe = probe;
+            self.metrics = metrics;
         }
+        up
     }
 }
 
