@@ -22,6 +22,8 @@
 #[allow(dead_code)]
 #[path = "../tests/common/fake_gitlab.rs"]
 mod fake_gitlab;
+#[path = "../tests/common/server_thread.rs"]
+mod server_thread;
 
 use std::env;
 use std::process::exit;

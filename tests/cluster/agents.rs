@@ -522,12 +522,13 @@ async fn scaled_job_ready(stage: &Stage, status: &str) -> String {
 async fn job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_failed_job() {
     let test = "job_mode_readiness_follows_kedas_scaled_job_and_the_job_controllers_failed_job";
     let Some(stage) = Stage::start(test, KedaRelease::V2_21_0).await else { return };
-    set_token(&stage, "a-token-azure-devops-refuses");
+    const REFUSED: &str = "a-token-azure-devops-refuses";
+    set_token(&stage, REFUSED);
     stage.apply_target(&format!("  mode: Job\n  minReplicaCount: 0\n  triggerMeta:\n    parent: {PLACEHOLDER}\n"));
 
     // KEDA's scaler is refused: KEDA reports its ScaledJob not Ready, and so does the CDTarget.
     let keda_says = scaled_job_ready(&stage, "False").await;
-    eprintln!("[agents] KEDA's ScaledJob with a refused token: Ready={keda_says}");
+    assert!(!keda_says.contains(REFUSED), "KEDA's condition quotes no token");
     let waiting =
         stage.target_until("Ready=False/ScaledJobNotReady", condition_is("Ready", "False", "ScaledJobNotReady")).await;
     let message = ready_message(&waiting);

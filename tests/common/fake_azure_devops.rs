@@ -22,7 +22,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -38,6 +37,7 @@ use tokio_rustls::TlsAcceptor;
 use super::Tls;
 use super::http_git::{TlsFiles, TlsListener, generate_certificate, tls_acceptor};
 use super::process::loopback;
+use super::server_thread::ServerThread;
 
 /// The organization every fake starts with; [`FakeAzureDevOps::org_url`] is its URL.
 pub const DEFAULT_ORG: &str = "cdtarget-test";
@@ -440,8 +440,7 @@ pub struct FakeAzureDevOps {
     port: u16,
     tls: TlsFiles,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _server: ServerThread,
 }
 
 impl FakeAzureDevOps {
@@ -494,12 +493,10 @@ impl FakeAzureDevOps {
         });
         let fake_shared = Arc::clone(&shared);
         let app = Router::new().fallback(handle).with_state(shared);
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(format!("fake-azure-devops-{port}"))
-            .spawn(move || serve(listener, acceptor, app, stopped))
-            .expect("spawn the fake Azure DevOps thread");
-        let fake = FakeAzureDevOps { port, tls, shared: fake_shared, shutdown: Some(shutdown), thread: Some(thread) };
+        let server = ServerThread::spawn(format!("fake-azure-devops-{port}"), move |stopped| {
+            serve(listener, acceptor, app, stopped)
+        });
+        let fake = FakeAzureDevOps { port, tls, shared: fake_shared, _server: server };
         fake.create_org(DEFAULT_ORG);
         fake
     }
@@ -1030,17 +1027,6 @@ impl FakeAzureDevOps {
             state.requests.values().map(|request| state.request_entity(request, base, true)).collect();
         json!({"now": format_time(state.clock.now), "organizations": orgs, "pats": pats, "pools": pools,
                "agents": agents, "jobRequests": requests})
-    }
-}
-
-impl Drop for FakeAzureDevOps {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

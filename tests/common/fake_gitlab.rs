@@ -26,9 +26,9 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::server_thread::ServerThread;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -359,8 +359,7 @@ struct Shared {
 pub struct FakeGitLab {
     port: u16,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _server: ServerThread,
 }
 
 impl FakeGitLab {
@@ -395,12 +394,8 @@ impl FakeGitLab {
             uuid_counter: AtomicU64::new(0),
         });
         let app = Router::new().fallback(handle).with_state(Arc::clone(&shared));
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(format!("fake-gitlab-{port}"))
-            .spawn(move || serve(listener, app, stopped))
-            .expect("spawn the fake GitLab thread");
-        FakeGitLab { port, shared, shutdown: Some(shutdown), thread: Some(thread) }
+        let server = ServerThread::spawn(format!("fake-gitlab-{port}"), move |stopped| serve(listener, app, stopped));
+        FakeGitLab { port, shared, _server: server }
     }
 
     /// `http://127.0.0.1:PORT` (the instance URL; the API is under `/api/v4`).
@@ -772,17 +767,6 @@ impl FakeGitLab {
 
     fn uuid(&self) -> String {
         self.shared.uuid()
-    }
-}
-
-impl Drop for FakeGitLab {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -8,7 +8,6 @@ use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use axum::Router;
@@ -24,6 +23,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 
 use super::process::loopback;
+use super::server_thread::ServerThread;
 use super::{TestDir, test_dir};
 
 /// How the server answers, switchable at run time with [`HttpGit::set_mode`].
@@ -93,8 +93,7 @@ pub struct HttpGit {
     port: u16,
     tls: Option<TlsFiles>,
     shared: Arc<Shared>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _server: ServerThread,
 }
 
 /// The certificate files of an HTTPS server (also used by `fake_azure_devops`).
@@ -147,13 +146,10 @@ impl HttpGit {
         let listener = std::net::TcpListener::bind(loopback(0)).expect("bind 127.0.0.1:0");
         listener.set_nonblocking(true).expect("non-blocking listener");
         let port = listener.local_addr().expect("local address").port();
-        let (shutdown, stopped) = oneshot::channel::<()>();
         let app = Router::new().fallback(handle).with_state(Arc::clone(&shared));
-        let thread = std::thread::Builder::new()
-            .name(format!("http-git-{port}"))
-            .spawn(move || serve(listener, acceptor, app, stopped))
-            .expect("spawn the server thread");
-        HttpGit { port, tls, shared, shutdown: Some(shutdown), thread: Some(thread) }
+        let server =
+            ServerThread::spawn(format!("http-git-{port}"), move |stopped| serve(listener, acceptor, app, stopped));
+        HttpGit { port, tls, shared, _server: server }
     }
 
     /// The port the server listens on (127.0.0.1 only).
@@ -228,17 +224,6 @@ impl HttpGit {
 
     fn scheme(&self) -> &'static str {
         if self.tls.is_some() { "https" } else { "http" }
-    }
-}
-
-impl Drop for HttpGit {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

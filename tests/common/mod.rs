@@ -34,6 +34,7 @@ pub mod go_build;
 pub mod http_git;
 pub mod keda;
 pub mod process;
+pub mod server_thread;
 pub mod sshd;
 pub mod stalling;
 pub mod upstream;
